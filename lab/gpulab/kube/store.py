@@ -1,0 +1,866 @@
+"""The in-process object store of the Kubernetes API twin (what etcd + the generic registry are to
+kube-apiserver).
+
+Objects are plain dicts in their JSON form. The store owns metadata (uid, resourceVersion,
+creationTimestamp, generation), optimistic concurrency (409 on a stale resourceVersion), status
+subresources, graceful pod deletion, owner-reference garbage collection, PodDisruptionBudget status and
+the eviction subresource, and watches with a bounded per-resource event window (410 Gone beyond it).
+
+Thread model: one RLock guards all state. Subscribers (controllers) are called synchronously in the
+thread that made the change, after the lock is released, in commit order for that thread.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import queue
+import random
+import re
+import string
+import threading
+import time
+import uuid
+from collections import deque
+from typing import Callable, Dict, List, Optional, Tuple
+
+from . import eviction as pdb_math
+from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from .selectors import SelectorError, field_selector_name, parse_field_selector, parse_label_selector
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
+
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+def _resource(group, version, kind, namespaced, short_names=(), subresources=(), verbs=None):
+    return {"group": group, "version": version, "kind": kind, "namespaced": namespaced,
+            "shortNames": list(short_names), "verbs": list(verbs or _VERBS), "subresources": list(subresources)}
+
+
+# Storage key -> API description. The key is the plural, except where two groups serve the same plural
+# (``events.events.k8s.io``); ``plural`` below gives the URL name.
+RESOURCES: Dict[str, dict] = {
+    "namespaces": _resource("", "v1", "Namespace", False, ["ns"], ["status", "finalize"],
+                            ["create", "delete", "get", "list", "patch", "update", "watch"]),
+    "nodes": _resource("", "v1", "Node", False, ["no"], ["status"]),
+    "pods": _resource("", "v1", "Pod", True, ["po"], ["status", "eviction", "log", "binding"]),
+    "configmaps": _resource("", "v1", "ConfigMap", True, ["cm"]),
+    "secrets": _resource("", "v1", "Secret", True),
+    "serviceaccounts": _resource("", "v1", "ServiceAccount", True, ["sa"]),
+    "services": _resource("", "v1", "Service", True, ["svc"], ["status"]),
+    "events": _resource("", "v1", "Event", True, ["ev"]),
+    "events.events.k8s.io": _resource("events.k8s.io", "v1", "Event", True, ["ev"]),
+    "leases": _resource("coordination.k8s.io", "v1", "Lease", True),
+    "poddisruptionbudgets": _resource("policy", "v1", "PodDisruptionBudget", True, ["pdb"], ["status"]),
+    "deployments": _resource("apps", "v1", "Deployment", True, ["deploy"], ["status", "scale"]),
+    "replicasets": _resource("apps", "v1", "ReplicaSet", True, ["rs"], ["status", "scale"]),
+    "daemonsets": _resource("apps", "v1", "DaemonSet", True, ["ds"], ["status"]),
+    "statefulsets": _resource("apps", "v1", "StatefulSet", True, ["sts"], ["status", "scale"]),
+    "controllerrevisions": _resource("apps", "v1", "ControllerRevision", True),
+    "jobs": _resource("batch", "v1", "Job", True, [], ["status"]),
+    "clusterroles": _resource("rbac.authorization.k8s.io", "v1", "ClusterRole", False),
+    "clusterrolebindings": _resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", False),
+    "roles": _resource("rbac.authorization.k8s.io", "v1", "Role", True),
+    "rolebindings": _resource("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
+    "runtimeclasses": _resource("node.k8s.io", "v1", "RuntimeClass", False),
+    "resourceslices": _resource("resource.k8s.io", "v1beta1", "ResourceSlice", False),
+    "deviceclasses": _resource("resource.k8s.io", "v1beta1", "DeviceClass", False),
+    "resourceclaims": _resource("resource.k8s.io", "v1beta1", "ResourceClaim", True, [], ["status"]),
+}
+for _key, _info in RESOURCES.items():
+    _info["plural"] = _key.split(".", 1)[0]
+    _info["apiVersion"] = "%s/%s" % (_info["group"], _info["version"]) if _info["group"] else _info["version"]
+    _info["listKind"] = _info["kind"] + "List"
+    _info["singular"] = _info["kind"].lower()
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-node-lease", "kube-public")
+
+# Kinds whose metadata.generation counts spec changes.
+_GENERATION_RESOURCES = {"pods", "deployments", "replicasets", "daemonsets", "statefulsets", "jobs",
+                         "poddisruptionbudgets", "resourceslices", "resourceclaims", "deviceclasses"}
+# Changes to these may change a PodDisruptionBudget's status.
+_PDB_INPUT_RESOURCES = {"pods", "poddisruptionbudgets", "replicasets", "deployments", "statefulsets"}
+# Owner-reference garbage collection only looks here for dependents.
+_DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs")
+
+_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.',"
+                 " and must start and end with an alphanumeric character (e.g. 'example.com', regex used for"
+                 " validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+
+
+def now_rfc3339(offset_s: float = 0) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + offset_s))
+
+
+class ApiError(Exception):
+    """An API failure; ``to_status()`` gives the ``metav1.Status`` body the server answers with."""
+
+    def __init__(self, code: int, reason: str, message: str, details: Optional[dict] = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def to_status(self) -> dict:
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details is not None:
+            status["details"] = self.details
+        return status
+
+
+def _qualified(resource: str) -> str:
+    info = RESOURCES[resource]
+    return info["plural"] + ("." + info["group"] if info["group"] else "")
+
+
+def not_found(resource: str, name: str) -> ApiError:
+    info = RESOURCES[resource]
+    return ApiError(404, "NotFound", '%s "%s" not found' % (_qualified(resource), name),
+                    {"name": name, "group": info["group"], "kind": info["plural"]})
+
+
+def _conflict(resource: str, name: str, why: str) -> ApiError:
+    info = RESOURCES[resource]
+    return ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": %s' % (_qualified(resource), name, why),
+                    {"name": name, "group": info["group"], "kind": info["plural"]})
+
+
+def _invalid(resource: str, name: str, field: str, value, why: str) -> ApiError:
+    info = RESOURCES[resource]
+    detail = "%s: Invalid value: %s: %s" % (field, json.dumps(value), why)
+    return ApiError(422, "Invalid", '%s.%s "%s" is invalid: %s' % (info["kind"], info["group"] or "core", name, detail)
+                    if info["group"] else '%s "%s" is invalid: %s' % (info["kind"], name, detail),
+                    {"name": name, "group": info["group"], "kind": info["kind"],
+                     "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: %s: %s"
+                                 % (json.dumps(value), why), "field": field}]})
+
+
+def _encode(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class _Entry:
+    """A committed object: the dict (never mutated after commit) and its JSON encoding."""
+
+    __slots__ = ("obj", "raw", "rv")
+
+    def __init__(self, obj: dict):
+        self.obj = obj
+        self.raw = _encode(obj)
+        self.rv = int(obj["metadata"]["resourceVersion"])
+
+    def copy(self) -> dict:
+        return json.loads(self.raw)
+
+
+class _Event:
+    __slots__ = ("rv", "type", "entry", "old")
+
+    def __init__(self, rv: int, event_type: str, entry: _Entry, old: Optional[_Entry]):
+        self.rv, self.type, self.entry, self.old = rv, event_type, entry, old
+
+
+class Watch:
+    """A watch on one resource. Iterate for ``(type, obj)`` (blocks; ends after ``close()``), or call
+    ``next_event(timeout)`` (None on timeout) / ``next_raw(timeout)`` (``(type, json bytes)``) in servers."""
+
+    def __init__(self, store: "Store", resource: str, namespace: Optional[str], label_selector, field_predicate):
+        self._store = store
+        self.resource = resource
+        self.namespace = namespace
+        self._labels = label_selector
+        self._fields = field_predicate
+        self._queue: "queue.Queue" = queue.Queue()
+        self.closed = False
+
+    def _selects(self, entry: Optional[_Entry]) -> bool:
+        if entry is None:
+            return False
+        metadata = entry.obj["metadata"]
+        if self.namespace and metadata.get("namespace") != self.namespace:
+            return False
+        return self._labels.matches(metadata.get("labels")) and self._fields(entry.obj)
+
+    def _offer(self, event: _Event) -> None:
+        """Queue ``event`` as this watcher sees it (a MODIFIED that leaves the selection is a DELETED)."""
+        now_selected = self._selects(event.entry)
+        if event.type == "MODIFIED":
+            was_selected = self._selects(event.old)
+            if now_selected and not was_selected:
+                self._queue.put(("ADDED", event.entry))
+            elif was_selected and not now_selected:
+                self._queue.put(("DELETED", event.entry))
+            elif now_selected:
+                self._queue.put(("MODIFIED", event.entry))
+        elif now_selected:
+            self._queue.put((event.type, event.entry))
+
+    def next_raw(self, timeout: Optional[float] = None) -> Optional[Tuple[str, bytes]]:
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is None:
+            return None
+        return item[0], item[1].raw
+
+    def next_event(self, timeout: Optional[float] = None) -> Optional[Tuple[str, dict]]:
+        raw = self.next_raw(timeout)
+        if raw is None:
+            return None
+        return raw[0], json.loads(raw[1])
+
+    def bookmark(self) -> Optional[Tuple[str, dict]]:
+        """A BOOKMARK at the store's current resourceVersion, or None while events are still queued
+        (a bookmark must not overtake them)."""
+        return self._store._bookmark_for(self)
+
+    def __iter__(self):
+        while not self.closed:
+            event = self.next_event(timeout=0.5)
+            if event is not None:
+                yield event
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._store._remove_watch(self)
+            self._queue.put(None)
+
+
+class Store:
+    """Thread-safe object store with the semantics of the Kubernetes generic registry."""
+
+    def __init__(self, recorder=None, event_window: int = 5000):
+        self.recorder = recorder
+        self.event_window = event_window
+        self.pod_log_provider: Optional[Callable[[str, str, Optional[str], dict], str]] = None
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._rv = 0
+        self._objects: Dict[str, Dict[Tuple[str, str], _Entry]] = {key: {} for key in RESOURCES}
+        self._events: Dict[str, deque] = {key: deque() for key in RESOURCES}
+        self._compacted_rv: Dict[str, int] = {key: 0 for key in RESOURCES}
+        self._watches: Dict[str, List[Watch]] = {key: [] for key in RESOURCES}
+        self._subscribers: List[Callable[[str, str, dict], None]] = []
+        for name in DEFAULT_NAMESPACES:
+            self.create("namespaces", {"metadata": {"name": name}})
+
+    # ------------------------------------------------------------ plumbing
+
+    @contextlib.contextmanager
+    def _mutating(self):
+        """Hold the lock; when the outermost mutation of this thread ends, tell the subscribers."""
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            self._local.pending = []
+        self._local.depth = depth + 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            self._local.depth = depth
+            if depth == 0:
+                pending, self._local.pending = self._local.pending, []
+                self._notify(pending)
+
+    def _notify(self, pending: List[Tuple[str, str, _Entry]]) -> None:
+        subscribers = list(self._subscribers)
+        for event_type, resource, entry in pending:
+            for callback in subscribers:
+                callback(event_type, resource, entry.copy())
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return str(self._rv)
+
+    def _info(self, resource: str) -> dict:
+        if resource not in RESOURCES:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return RESOURCES[resource]
+
+    def _key(self, resource: str, name: str, namespace: Optional[str]) -> Tuple[str, str]:
+        return (namespace or "") if RESOURCES[resource]["namespaced"] else "", name
+
+    def _require_namespace(self, resource: str, namespace: Optional[str]) -> str:
+        if not RESOURCES[resource]["namespaced"]:
+            return ""
+        if not namespace:
+            raise ApiError(400, "BadRequest", "the server could not find the requested resource: namespace is"
+                           " required for %s" % resource)
+        return namespace
+
+    def _entry(self, resource: str, name: str, namespace: Optional[str]) -> _Entry:
+        entry = self._objects[resource].get(self._key(resource, name, namespace))
+        if entry is None:
+            raise not_found(resource, name)
+        return entry
+
+    def _commit(self, resource: str, event_type: str, obj: dict, old: Optional[_Entry],
+                update_pdbs: bool = True) -> _Entry:
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        entry = _Entry(obj)
+        key = self._key(resource, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        if event_type == "DELETED":
+            self._objects[resource].pop(key, None)
+        else:
+            self._objects[resource][key] = entry
+        event = _Event(entry.rv, event_type, entry, old)
+        events = self._events[resource]
+        events.append(event)
+        while len(events) > self.event_window:
+            self._compacted_rv[resource] = events.popleft().rv
+        for watch in self._watches[resource]:
+            watch._offer(event)
+        if self.recorder is not None:
+            self.recorder.record_change(event_type, resource, entry.obj)
+        self._local.pending.append((event_type, resource, entry))
+        if update_pdbs and resource in _PDB_INPUT_RESOURCES:
+            self._refresh_pdb_status(obj["metadata"].get("namespace") or "")
+        return entry
+
+    # ------------------------------------------------------------ create
+
+    def create(self, resource: str, obj: dict, namespace: Optional[str] = None, dry_run: bool = False) -> dict:
+        info = self._info(resource)
+        obj = copy.deepcopy(obj)
+        metadata = obj.setdefault("metadata", {})
+        with self._mutating():
+            namespace = self._resolve_namespace(resource, metadata, namespace)
+            self._assign_name(resource, metadata)
+            if self._key(resource, metadata["name"], namespace) in self._objects[resource]:
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (_qualified(resource), metadata["name"]),
+                               {"name": metadata["name"], "group": info["group"], "kind": info["plural"]})
+            obj = _with_type_first(info, obj)
+            metadata = obj["metadata"]
+            for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+                metadata.pop(field, None)
+            metadata["uid"] = str(uuid.uuid4())
+            metadata["creationTimestamp"] = now_rfc3339()
+            if resource in _GENERATION_RESOURCES:
+                metadata["generation"] = 1
+            _apply_defaults(resource, obj)
+            if dry_run:
+                obj["metadata"]["resourceVersion"] = ""
+                return obj
+            return self._commit(resource, "ADDED", obj, None).copy()
+
+    def _resolve_namespace(self, resource: str, metadata: dict, namespace: Optional[str]) -> Optional[str]:
+        if not RESOURCES[resource]["namespaced"]:
+            metadata.pop("namespace", None)
+            return None
+        namespace = namespace or metadata.get("namespace") or "default"
+        if metadata.get("namespace") and metadata["namespace"] != namespace:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace"
+                           " sent on the request")
+        if ("", namespace) not in self._objects["namespaces"]:
+            raise not_found("namespaces", namespace)
+        metadata["namespace"] = namespace
+        return namespace
+
+    def _assign_name(self, resource: str, metadata: dict) -> None:
+        if not metadata.get("name") and metadata.get("generateName"):
+            suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+            metadata["name"] = metadata["generateName"] + suffix
+        name = metadata.get("name")
+        if not name:
+            raise _invalid(resource, "", "metadata.name", "", "name or generateName is required")
+        if len(name) > 253 or not _NAME_PATTERN.match(name):
+            raise _invalid(resource, name, "metadata.name", name, _NAME_MESSAGE)
+
+    # ------------------------------------------------------------ read
+
+    def get(self, resource: str, name: str, namespace: Optional[str] = None) -> dict:
+        self._info(resource)
+        with self._lock:
+            return self._entry(resource, name, namespace).copy()
+
+    def _select(self, resource: str, namespace: Optional[str], label_selector: Optional[str],
+                field_selector: Optional[str]) -> List[Tuple[Tuple[str, str], _Entry]]:
+        try:
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector)
+        except SelectorError as error:
+            raise ApiError(400, "BadRequest", str(error))
+        objects = self._objects[resource]
+        name = field_selector_name(field_selector)
+        if name is not None and RESOURCES[resource]["namespaced"] and namespace:
+            keys = [(namespace, name)] if (namespace, name) in objects else []
+        elif name is not None and not RESOURCES[resource]["namespaced"]:
+            keys = [("", name)] if ("", name) in objects else []
+        else:
+            keys = sorted(objects)
+        selected = []
+        for key in keys:
+            if namespace and RESOURCES[resource]["namespaced"] and key[0] != namespace:
+                continue
+            entry = objects[key]
+            if labels.matches(entry.obj["metadata"].get("labels")) and fields(entry.obj):
+                selected.append((key, entry))
+        return selected
+
+    def list(self, resource: str, namespace: Optional[str] = None, label_selector: Optional[str] = None,
+             field_selector: Optional[str] = None) -> Tuple[list, str]:
+        """All matching objects (copies) and the list resourceVersion."""
+        self._info(resource)
+        with self._lock:
+            selected = self._select(resource, namespace, label_selector, field_selector)
+            return [entry.copy() for _, entry in selected], str(self._rv)
+
+    def list_raw(self, resource: str, namespace: Optional[str] = None, label_selector: Optional[str] = None,
+                 field_selector: Optional[str] = None, limit: Optional[int] = None,
+                 continue_token: Optional[str] = None) -> Tuple[List[bytes], str, Optional[str], Optional[int]]:
+        """One page for the server: (JSON of each item, list rv, continue token or None, remaining count)."""
+        self._info(resource)
+        with self._lock:
+            selected = self._select(resource, namespace, label_selector, field_selector)
+            list_rv = str(self._rv)
+            if continue_token:
+                start, list_rv = _decode_continue(continue_token)
+                selected = [(key, entry) for key, entry in selected if list(key) > start]
+            if limit and len(selected) > limit:
+                page = selected[:limit]
+                token = _encode_continue(list(page[-1][0]), list_rv)
+                return [entry.raw for _, entry in page], list_rv, token, len(selected) - limit
+            return [entry.raw for _, entry in selected], list_rv, None, None
+
+    # ------------------------------------------------------------ update and patch
+
+    def update(self, resource: str, obj: dict, namespace: Optional[str] = None,
+               subresource: Optional[str] = None, dry_run: bool = False) -> dict:
+        info = self._info(resource)
+        obj = copy.deepcopy(obj)
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name", "")
+        with self._mutating():
+            namespace = namespace or metadata.get("namespace")
+            current = self._entry(resource, name, namespace)
+            wanted_rv = metadata.get("resourceVersion")
+            if wanted_rv and str(wanted_rv) != current.obj["metadata"]["resourceVersion"]:
+                raise _conflict(resource, name, "the object has been modified; please apply your changes to the"
+                                                " latest version and try again")
+            if subresource not in (None, "status"):
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
+                                                        " resource")
+            new = self._merged_update(resource, info, current.obj, obj, subresource)
+            return self._store_update(resource, current, new, dry_run)
+
+    def _merged_update(self, resource: str, info: dict, current: dict, obj: dict,
+                       subresource: Optional[str]) -> dict:
+        if subresource == "status":
+            new = copy.deepcopy(current)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+            return new
+        new = _with_type_first(info, obj)
+        metadata = new.setdefault("metadata", {})
+        for field in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "generation"):
+            if field in current["metadata"]:
+                metadata[field] = current["metadata"][field]
+            else:
+                metadata.pop(field, None)
+        if "status" in info["subresources"]:
+            if "status" in current:
+                new["status"] = copy.deepcopy(current["status"])
+            else:
+                new.pop("status", None)
+        _apply_defaults(resource, new)
+        if resource in _GENERATION_RESOURCES and _spec_of(new) != _spec_of(current):
+            metadata["generation"] = current["metadata"].get("generation", 1) + 1
+        return new
+
+    def _store_update(self, resource: str, current: _Entry, new: dict, dry_run: bool) -> dict:
+        new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
+        if new == current.obj:
+            return current.copy()   # a no-op update keeps the resourceVersion, as in the API server
+        if dry_run:
+            return new
+        metadata = new["metadata"]
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers") and \
+                (resource != "pods" or metadata.get("deletionGracePeriodSeconds") == 0):
+            return self._commit(resource, "DELETED", new, current).copy()
+        return self._commit(resource, "MODIFIED", new, current).copy()
+
+    def patch(self, resource: str, name: str, patch, patch_type: str, namespace: Optional[str] = None,
+              subresource: Optional[str] = None, dry_run: bool = False, force: bool = False) -> dict:
+        """Patch with one of PATCH_TYPES; ``patch`` is a dict/list or its JSON (YAML for apply) text."""
+        info = self._info(resource)
+        if patch_type not in PATCH_TYPES:
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
+                           " media types include: " + ", ".join(PATCH_TYPES))
+        document = _decode_patch(patch, patch_type)
+        with self._mutating():
+            key = self._key(resource, name, namespace)
+            if patch_type == APPLY_PATCH and key not in self._objects[resource]:
+                return self.create(resource, document, namespace, dry_run=dry_run)
+            current = self._entry(resource, name, namespace)
+            try:
+                patched = _apply_patch(current.obj, document, patch_type)
+            except PatchError as error:
+                raise ApiError(422 if patch_type == JSON_PATCH else 400, "Invalid" if patch_type == JSON_PATCH
+                               else "BadRequest", str(error))
+            if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
+                raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL (%s)"
+                               % ((patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None,
+                                  name))
+            wanted_rv = patched["metadata"].get("resourceVersion")
+            if wanted_rv and str(wanted_rv) != current.obj["metadata"]["resourceVersion"]:
+                raise _conflict(resource, name, "the object has been modified; please apply your changes to the"
+                                                " latest version and try again")
+            new = self._merged_update(resource, info, current.obj, patched, subresource)
+            return self._store_update(resource, current, new, dry_run)
+
+    # ------------------------------------------------------------ delete
+
+    def delete(self, resource: str, name: str, namespace: Optional[str] = None,
+               grace_period_seconds: Optional[int] = None, preconditions: Optional[dict] = None,
+               propagation_policy: Optional[str] = None, dry_run: bool = False) -> dict:
+        """Delete; pods on a node are deleted gracefully (deletionTimestamp set, the kubelet finalizes with
+        ``grace_period_seconds=0``). Returns the object as last stored."""
+        self._info(resource)
+        with self._mutating():
+            current = self._entry(resource, name, namespace)
+            _check_preconditions(resource, name, current.obj, preconditions)
+            if resource == "namespaces":
+                return self._delete_namespace(current, dry_run)
+            if resource == "pods":
+                graceful = self._graceful_pod_delete(current, grace_period_seconds, dry_run)
+                if graceful is not None:
+                    return graceful
+            elif current.obj["metadata"].get("finalizers"):
+                return self._mark_deleting(resource, current, 0, dry_run)
+            if dry_run:
+                return current.copy()
+            gone = self._commit(resource, "DELETED", copy.deepcopy(current.obj), current)
+            if propagation_policy != "Orphan":
+                self._collect_dependents(current.obj)
+            return gone.copy()
+
+    def finalize_pod_deletion(self, namespace: str, name: str) -> dict:
+        """Remove a pod whose containers have stopped (what the kubelet does after the grace period)."""
+        return self.delete("pods", name, namespace, grace_period_seconds=0)
+
+    def _graceful_pod_delete(self, current: _Entry, grace_period_seconds: Optional[int],
+                             dry_run: bool) -> Optional[dict]:
+        pod = current.obj
+        if grace_period_seconds is None:
+            grace_period_seconds = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        unbound = not (pod.get("spec") or {}).get("nodeName")
+        if grace_period_seconds <= 0 or unbound or pdb_math.pod_is_terminal(pod):
+            if pod["metadata"].get("finalizers"):
+                return self._mark_deleting("pods", current, 0, dry_run)
+            return None
+        existing_grace = pod["metadata"].get("deletionGracePeriodSeconds")
+        if existing_grace is not None and existing_grace <= grace_period_seconds:
+            return current.copy()
+        return self._mark_deleting("pods", current, grace_period_seconds, dry_run)
+
+    def _mark_deleting(self, resource: str, current: _Entry, grace_period_seconds: int, dry_run: bool) -> dict:
+        new = copy.deepcopy(current.obj)
+        new["metadata"]["deletionTimestamp"] = now_rfc3339(grace_period_seconds)
+        new["metadata"]["deletionGracePeriodSeconds"] = grace_period_seconds
+        if dry_run:
+            return new
+        return self._commit(resource, "MODIFIED", new, current).copy()
+
+    def _delete_namespace(self, current: _Entry, dry_run: bool) -> dict:
+        name = current.obj["metadata"]["name"]
+        if name in DEFAULT_NAMESPACES:
+            raise ApiError(403, "Forbidden", 'namespaces "%s" is forbidden: this namespace may not be deleted' % name,
+                           {"name": name, "kind": "namespaces"})
+        if dry_run:
+            return current.copy()
+        for resource, objects in self._objects.items():
+            if not RESOURCES[resource]["namespaced"]:
+                continue
+            for key in [key for key in objects if key[0] == name]:
+                entry = objects[key]
+                self._commit(resource, "DELETED", copy.deepcopy(entry.obj), entry, update_pdbs=False)
+        return self._commit("namespaces", "DELETED", copy.deepcopy(current.obj), current).copy()
+
+    def _collect_dependents(self, owner: dict) -> None:
+        """Background cascading deletion: delete what names ``owner`` in its ownerReferences."""
+        owner_uid = owner["metadata"]["uid"]
+        namespace = owner["metadata"].get("namespace") or ""
+        for resource in _DEPENDENT_RESOURCES:
+            for key, entry in list(self._objects[resource].items()):
+                if namespace and key[0] != namespace:
+                    continue
+                references = entry.obj["metadata"].get("ownerReferences") or []
+                if any(reference.get("uid") == owner_uid for reference in references):
+                    if key in self._objects[resource]:
+                        self.delete(resource, key[1], key[0] or None)
+
+    # ------------------------------------------------------------ pods: binding and eviction
+
+    def bind(self, namespace: str, pod_name: str, node_name: str) -> dict:
+        """The ``pods/binding`` subresource: set spec.nodeName once."""
+        with self._mutating():
+            current = self._entry("pods", pod_name, namespace)
+            if (current.obj.get("spec") or {}).get("nodeName"):
+                raise _conflict("pods", pod_name, "pod %s is already assigned to node %r"
+                                % (pod_name, current.obj["spec"]["nodeName"]))
+            new = copy.deepcopy(current.obj)
+            new.setdefault("spec", {})["nodeName"] = node_name
+            return self._commit("pods", "MODIFIED", new, current).copy()
+
+    def evict(self, namespace: str, pod_name: str, eviction: dict, dry_run: bool = False) -> dict:
+        """The ``pods/eviction`` subresource (policy/v1 Eviction): delete the pod unless a
+        PodDisruptionBudget forbids it (ApiError 429 with the kube-apiserver message)."""
+        eviction = eviction or {}
+        evicted_name = (eviction.get("metadata") or {}).get("name")
+        if evicted_name and evicted_name != pod_name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        options = eviction.get("deleteOptions") or {}
+        with self._mutating():
+            pod = self._entry("pods", pod_name, namespace).obj
+            if not (pdb_math.pod_is_terminal(pod) or pod["metadata"].get("deletionTimestamp")):
+                self._check_disruption_budget(namespace, pod)
+            if not dry_run:
+                self.delete("pods", pod_name, namespace, grace_period_seconds=options.get("gracePeriodSeconds"),
+                            preconditions=options.get("preconditions"))
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _check_disruption_budget(self, namespace: str, pod: dict) -> None:
+        budgets = [entry.obj for key, entry in self._objects["poddisruptionbudgets"].items() if key[0] == namespace]
+        budgets = [pdb for pdb in budgets if pdb_math.pods_selected_by(pdb, [pod])]
+        if not budgets:
+            return
+        if len(budgets) > 1:
+            raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction"
+                           " subresource does not support.")
+        refusal = pdb_math.eviction_refusal(budgets[0], pod)
+        if refusal is not None:
+            raise ApiError(429, "TooManyRequests", pdb_math.EVICTION_REFUSED_MESSAGE,
+                           {"causes": [{"reason": "DisruptionBudget", "message": refusal}]})
+
+    def _controller_scale(self, reference: dict, namespace: str) -> Optional[int]:
+        kind_to_resource = {"ReplicaSet": "replicasets", "Deployment": "deployments", "StatefulSet": "statefulsets"}
+        resource = kind_to_resource.get(reference.get("kind", ""))
+        if resource is None:
+            return None
+        entry = self._objects[resource].get((namespace, reference.get("name", "")))
+        if entry is None:
+            return None
+        if resource == "replicasets":
+            for owner in entry.obj["metadata"].get("ownerReferences") or []:
+                if owner.get("controller") and owner.get("kind") == "Deployment":
+                    return self._controller_scale(owner, namespace)
+        return (entry.obj.get("spec") or {}).get("replicas", 1)
+
+    def _refresh_pdb_status(self, namespace: str) -> None:
+        budgets = [(key, entry) for key, entry in self._objects["poddisruptionbudgets"].items() if key[0] == namespace]
+        if not budgets:
+            return
+        pods = [entry.obj for key, entry in self._objects["pods"].items() if key[0] == namespace]
+        for _, entry in budgets:
+            status = pdb_math.compute_pdb_status(entry.obj, pods, self._controller_scale, now_rfc3339())
+            if status != entry.obj.get("status"):
+                new = copy.deepcopy(entry.obj)
+                new["status"] = status
+                self._commit("poddisruptionbudgets", "MODIFIED", new, entry, update_pdbs=False)
+
+    # ------------------------------------------------------------ watch and subscribe
+
+    def watch(self, resource: str, namespace: Optional[str] = None, resource_version: Optional[str] = None,
+              label_selector: Optional[str] = None, field_selector: Optional[str] = None) -> Watch:
+        """Start a watch. No resourceVersion (or "0"): ADDED for every current object first. A resourceVersion:
+        every change after it (ApiError 410 Expired when it is older than the retained event window)."""
+        self._info(resource)
+        try:
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector)
+        except SelectorError as error:
+            raise ApiError(400, "BadRequest", str(error))
+        watch = Watch(self, resource, namespace if RESOURCES[resource]["namespaced"] else None, labels, fields)
+        with self._lock:
+            if resource_version in (None, "", "0"):
+                for _, entry in sorted(self._objects[resource].items()):
+                    watch._offer(_Event(entry.rv, "ADDED", entry, None))
+            else:
+                self._replay(watch, resource, resource_version)
+            self._watches[resource].append(watch)
+        return watch
+
+    def _replay(self, watch: Watch, resource: str, resource_version: str) -> None:
+        try:
+            since = int(resource_version)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "invalid resource version %r" % resource_version)
+        if since < self._compacted_rv[resource]:
+            raise ApiError(410, "Expired", "too old resource version: %d (%d)"
+                           % (since, self._compacted_rv[resource] + 1))
+        for event in self._events[resource]:
+            if event.rv > since:
+                watch._offer(event)
+
+    def _bookmark_for(self, watch: Watch) -> Optional[Tuple[str, dict]]:
+        with self._lock:
+            if not watch._queue.empty():
+                return None
+            info = RESOURCES[watch.resource]
+            return "BOOKMARK", {"kind": info["kind"], "apiVersion": info["apiVersion"],
+                                "metadata": {"resourceVersion": str(self._rv)}}
+
+    def _remove_watch(self, watch: Watch) -> None:
+        with self._lock:
+            if watch in self._watches[watch.resource]:
+                self._watches[watch.resource].remove(watch)
+
+    def subscribe(self, callback: Callable[[str, str, dict], None]) -> None:
+        """``callback(event_type, resource, obj)`` after each committed change (obj is a private copy)."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _with_type_first(info: dict, obj: dict) -> dict:
+    typed = {"apiVersion": info["apiVersion"], "kind": info["kind"]}
+    typed.update((key, value) for key, value in obj.items() if key not in ("apiVersion", "kind"))
+    return typed
+
+
+def _spec_of(obj: dict) -> dict:
+    return {key: value for key, value in obj.items() if key not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _check_preconditions(resource: str, name: str, obj: dict, preconditions: Optional[dict]) -> None:
+    if not preconditions:
+        return
+    uid = preconditions.get("uid")
+    if uid and uid != obj["metadata"]["uid"]:
+        raise _conflict(resource, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
+                        % (uid, obj["metadata"]["uid"]))
+    rv = preconditions.get("resourceVersion")
+    if rv and rv != obj["metadata"]["resourceVersion"]:
+        raise _conflict(resource, name, "Precondition failed: ResourceVersion in precondition: %s, ResourceVersion"
+                        " in object meta: %s" % (rv, obj["metadata"]["resourceVersion"]))
+
+
+def _decode_patch(patch, patch_type: str):
+    if isinstance(patch, (bytes, bytearray)):
+        patch = patch.decode()
+    if not isinstance(patch, str):
+        return copy.deepcopy(patch)
+    try:
+        if patch_type == APPLY_PATCH:
+            import yaml   # only server-side apply needs YAML
+            return yaml.safe_load(patch)
+        return json.loads(patch)
+    except ValueError as error:
+        raise ApiError(400, "BadRequest", "error decoding patch: %s" % error)
+
+
+def _apply_patch(current: dict, document, patch_type: str):
+    if patch_type == JSON_PATCH:
+        return json_patch(current, document)
+    if patch_type == MERGE_PATCH:
+        return merge_patch(current, document)
+    if not isinstance(document, dict):
+        raise PatchError("a strategic merge patch must be a JSON object")
+    if patch_type == APPLY_PATCH:
+        document = {key: value for key, value in document.items() if key not in ("apiVersion", "kind")}
+    return strategic_merge_patch(current, document)
+
+
+def _encode_continue(start_key: list, list_rv: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"start": start_key, "rv": list_rv}).encode()).decode()
+
+
+def _decode_continue(token: str) -> Tuple[list, str]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return list(decoded["start"]), str(decoded["rv"])
+    except (ValueError, KeyError, TypeError):
+        raise ApiError(400, "BadRequest", "continue key is not valid")
+
+
+# ---------------------------------------------------------------- defaults (what the API server's defaulting does)
+
+def _default_pod_spec(spec: dict) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        image = container.get("image", "")
+        latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        container.setdefault("terminationMessagePolicy", "File")
+        container.setdefault("resources", {})
+
+
+def _default_template(obj: dict) -> None:
+    template = (obj.get("spec") or {}).get("template")
+    if isinstance(template, dict):
+        template.setdefault("metadata", {})
+        _default_pod_spec(template.setdefault("spec", {}))
+
+
+def _apply_defaults(resource: str, obj: dict) -> None:
+    metadata = obj["metadata"]
+    if resource == "namespaces":
+        metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = metadata["name"]
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj.setdefault("status", {}).setdefault("phase", "Active")
+    elif resource == "pods":
+        _default_pod_spec(obj.setdefault("spec", {}))
+        status = obj.setdefault("status", {})
+        status.setdefault("phase", "Pending")
+        status.setdefault("qosClass", _qos_class(obj["spec"]))
+    elif resource == "deployments":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        _default_template(obj)
+        obj.setdefault("status", {})
+    elif resource in ("replicasets", "statefulsets"):
+        obj.setdefault("spec", {}).setdefault("replicas", 1)
+        _default_template(obj)
+        obj.setdefault("status", {"replicas": 0})
+    elif resource == "daemonsets":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        spec.setdefault("revisionHistoryLimit", 10)
+        _default_template(obj)
+        obj.setdefault("status", {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                                  "desiredNumberScheduled": 0, "numberReady": 0})
+    elif resource == "poddisruptionbudgets":
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                  "expectedPods": 0})
+
+
+def _qos_class(pod_spec: dict) -> str:
+    containers = pod_spec.get("containers") or []
+    requests_or_limits = [(container.get("resources") or {}) for container in containers]
+    if not any(resources.get("requests") or resources.get("limits") for resources in requests_or_limits):
+        return "BestEffort"
+    guaranteed = all(resources.get("limits") and
+                     (not resources.get("requests") or resources["requests"] == resources["limits"]) and
+                     {"cpu", "memory"} <= set(resources["limits"]) for resources in requests_or_limits)
+    return "Guaranteed" if guaranteed else "Burstable"
