@@ -1,0 +1,697 @@
+"""kube-controller-manager + kube-scheduler of the twin, on ONE thread.
+
+`ControllerManager` keeps an informer cache fed by `Store.subscribe` (so a pass reads no store lists) and
+runs one pass per change or per tick (0.5 s): namespaces, node lifecycle (cordon and NotReady taints),
+kubelets, deployments -> replicasets -> pods, daemonsets, scheduling and NoExecute taint eviction.
+PDB status and cascading deletion belong to the store (lab/gpulab/kube/README.md, "agreed split").
+Tests drive it synchronously with `run_once()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+import threading
+import time
+
+from . import scheduler
+from .store import ApiError
+
+MERGE = "application/merge-patch+json"
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+WATCHED_RESOURCES = ("namespaces", "nodes", "pods", "deployments", "replicasets", "daemonsets",
+                     "poddisruptionbudgets", "leases")
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
+# What the DefaultTolerationSeconds admission plugin adds to every pod.
+DEFAULT_POD_TOLERATIONS = [
+    {"key": NOT_READY_TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": UNREACHABLE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+]
+# What the DaemonSet controller adds to its pods (pkg/controller/daemon/util).
+DAEMONSET_TOLERATIONS = [
+    {"key": NOT_READY_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
+    {"key": UNREACHABLE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": scheduler.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def rfc3339(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
+
+
+def random_suffix(length: int = 5) -> str:
+    return "".join(random.choice(_NAME_ALPHABET) for _ in range(length))
+
+
+def template_hash(template: dict) -> str:
+    """A stable pod-template-hash (upstream uses FNV-32a; any stable short hash serves the twin)."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).digest()
+    return "".join(_NAME_ALPHABET[byte % len(_NAME_ALPHABET)] for byte in digest[:10])
+
+
+def meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def object_key(obj: dict):
+    return meta(obj).get("namespace"), meta(obj).get("name")
+
+
+def resource_version_int(obj: dict) -> int:
+    try:
+        return int(meta(obj).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def controller_owner(obj: dict):
+    for reference in meta(obj).get("ownerReferences") or []:
+        if reference.get("controller"):
+            return reference
+    return None
+
+
+def owner_reference(owner: dict) -> dict:
+    return {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"), "name": meta(owner)["name"],
+            "uid": meta(owner).get("uid"), "controller": True, "blockOwnerDeletion": True}
+
+
+def pod_is_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def pod_is_terminating(pod: dict) -> bool:
+    return bool(meta(pod).get("deletionTimestamp"))
+
+
+def pod_is_terminal(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_counts_for_controller(pod: dict) -> bool:
+    """Pods a ReplicaSet/DaemonSet counts as its own replicas (upstream `IsPodActive`)."""
+    return not pod_is_terminating(pod) and not pod_is_terminal(pod)
+
+
+def node_ready_status(node: dict) -> str:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") or "Unknown"
+    return "Unknown"
+
+
+class Informer:
+    """A local cache of the watched resources, updated by the store's change callbacks."""
+
+    def __init__(self, store, resources=WATCHED_RESOURCES):
+        self._store = store
+        self._resources = resources
+        self._lock = threading.Lock()
+        self._objects = {resource: {} for resource in resources}
+        self.changed = threading.Event()
+
+    def start(self) -> None:
+        # Subscribe before listing so no change falls between the two; resourceVersions settle the order.
+        self._store.subscribe(self._on_change)
+        for resource in self._resources:
+            items, _ = self._store.list(resource)
+            for item in items:
+                self.observe(resource, item)
+
+    def _on_change(self, event_type: str, resource: str, obj: dict) -> None:
+        if resource not in self._objects:
+            return
+        if event_type == "DELETED":
+            self.forget(resource, obj)
+        else:
+            self.observe(resource, obj)
+        self.changed.set()
+
+    def observe(self, resource: str, obj: dict) -> None:
+        """Record an object we know is current (a callback or the answer to our own write)."""
+        if obj is None or resource not in self._objects:
+            return
+        with self._lock:
+            cached = self._objects[resource].get(object_key(obj))
+            if cached is None or resource_version_int(obj) >= resource_version_int(cached):
+                self._objects[resource][object_key(obj)] = obj
+
+    def forget(self, resource: str, obj: dict) -> None:
+        with self._lock:
+            cached = self._objects[resource].get(object_key(obj))
+            if cached is not None and resource_version_int(cached) <= resource_version_int(obj):
+                del self._objects[resource][object_key(obj)]
+
+    def items(self, resource: str, namespace=None) -> list:
+        with self._lock:
+            values = list(self._objects[resource].values())
+        if namespace is None:
+            return values
+        return [obj for obj in values if meta(obj).get("namespace") == namespace]
+
+    def get(self, resource: str, name: str, namespace=None):
+        with self._lock:
+            return self._objects[resource].get((namespace, name))
+
+
+class ControllerManager:
+    """Runs every controller, the scheduler and the kubelets' sync on one thread."""
+
+    def __init__(self, store, kubelets=(), tick_s: float = 0.5, clock=time.time, extra_sync=None):
+        self.store = store
+        self.informer = Informer(store)
+        self.kubelets = list(kubelets)
+        self.tick_s = tick_s
+        self.clock = clock
+        self.extra_sync = extra_sync        # callable(now) run each pass (api-only heartbeats)
+        self._stop = threading.Event()
+        self._thread = None
+        self._pass_lock = threading.Lock()
+        self._scheduling_messages = {}
+        self.pass_errors = []
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self, background: bool = True) -> None:
+        self.informer.start()
+        self.ensure_default_namespaces()
+        if background:
+            self._thread = threading.Thread(target=self._loop, name="gpulab-kube-controllers", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.informer.changed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.informer.changed.wait(self.tick_s)
+            self.informer.changed.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.run_once()
+            except Exception as error:  # one bad object must not stop the control plane
+                self.pass_errors.append(repr(error))
+                del self.pass_errors[:-20]
+            # Coalesce bursts of changes (kubectl apply of many objects) into one pass per short interval.
+            self._stop.wait(min(self.tick_s, 0.05))
+
+    def run_once(self) -> None:
+        with self._pass_lock:
+            now = self.clock()
+            self.sync_node_taints(now)
+            for kubelet in self.kubelets:
+                kubelet.sync_node(now)
+            if self.extra_sync is not None:
+                self.extra_sync(now)
+            self.sync_deployments()
+            self.sync_replicasets()
+            self.sync_daemonsets()
+            self.schedule_pending(now)
+            pods_by_node = scheduler.pods_by_node_name(self.informer.items("pods"))
+            for kubelet in self.kubelets:
+                kubelet.sync_pods(pods_by_node.get(kubelet.name, []), now)
+            self.evict_for_noexecute_taints(now)
+
+    def settle(self, passes: int = 6) -> None:
+        """Run passes until controllers converge (tests without the background thread)."""
+        for _ in range(passes):
+            self.run_once()
+
+    # --- store helpers (every write refreshes the cache at once) --------------------------------
+    def create(self, resource: str, obj: dict, namespace=None):
+        try:
+            created = self.store.create(resource, obj, namespace=namespace)
+        except ApiError as error:
+            if error.code == 409:
+                return None
+            raise
+        self.informer.observe(resource, created)
+        return created
+
+    def patch(self, resource: str, obj: dict, patch: dict, subresource=None):
+        try:
+            patched = self.store.patch(resource, meta(obj)["name"], patch, MERGE,
+                                       namespace=meta(obj).get("namespace"), subresource=subresource)
+        except ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+        self.informer.observe(resource, patched)
+        return patched
+
+    def delete(self, resource: str, obj: dict, grace_period_seconds=None):
+        try:
+            result = self.store.delete(resource, meta(obj)["name"], namespace=meta(obj).get("namespace"),
+                                       grace_period_seconds=grace_period_seconds)
+        except ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+        if isinstance(result, dict) and result.get("kind") not in (None, "Status") and meta(result).get(
+                "deletionTimestamp"):
+            self.informer.observe(resource, result)
+        else:
+            self.informer.forget(resource, obj)
+        return result
+
+    def record_event(self, involved: dict, reason: str, message: str, event_type: str = "Normal",
+                     component: str = "default-scheduler") -> None:
+        namespace = meta(involved).get("namespace") or "default"
+        now = rfc3339(self.clock())
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "%s.%x" % (meta(involved)["name"], random.getrandbits(56)), "namespace": namespace},
+            "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                               "name": meta(involved)["name"], "namespace": meta(involved).get("namespace"),
+                               "uid": meta(involved).get("uid")},
+            "reason": reason, "message": message, "type": event_type, "count": 1,
+            "source": {"component": component}, "firstTimestamp": now, "lastTimestamp": now,
+            "reportingComponent": component, "reportingInstance": "",
+        }
+        try:
+            self.store.create("events", event, namespace=namespace)
+        except ApiError:
+            pass
+
+    # --- namespaces -----------------------------------------------------------------------------
+    def ensure_default_namespaces(self) -> None:
+        for name in DEFAULT_NAMESPACES:
+            if self.informer.get("namespaces", name) is None:
+                self.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    # --- node lifecycle -------------------------------------------------------------------------
+    def sync_node_taints(self, now: float) -> None:
+        for node in self.informer.items("nodes"):
+            wanted = wanted_node_taints(node, now)
+            if wanted != ((node.get("spec") or {}).get("taints") or []):
+                self.patch("nodes", node, {"spec": {"taints": wanted or None}})
+
+    def evict_for_noexecute_taints(self, now: float) -> None:
+        """The taint manager: delete pods that do not tolerate a node's NoExecute taint (in time)."""
+        nodes = {meta(node)["name"]: node for node in self.informer.items("nodes")}
+        for pod in self.informer.items("pods"):
+            node = nodes.get((pod.get("spec") or {}).get("nodeName"))
+            if node is None or pod_is_terminating(pod) or pod_is_terminal(pod):
+                continue
+            if noexecute_deadline_passed(pod, node, now):
+                self.delete("pods", pod)
+                self.record_event(pod, "TaintManagerEviction", "Marking for deletion Pod %s/%s" % (
+                    meta(pod).get("namespace"), meta(pod)["name"]), component="taint-eviction-controller")
+
+    # --- deployments ----------------------------------------------------------------------------
+    def sync_deployments(self) -> None:
+        replicasets = self.informer.items("replicasets")
+        for deployment in self.informer.items("deployments"):
+            if meta(deployment).get("deletionTimestamp"):
+                continue
+            owned = [rs for rs in replicasets if (controller_owner(rs) or {}).get("uid") == meta(deployment).get("uid")]
+            self._sync_deployment(deployment, owned)
+
+    def _sync_deployment(self, deployment: dict, owned: list) -> None:
+        spec = deployment.get("spec") or {}
+        desired = int(spec.get("replicas", 1))
+        pod_hash = template_hash(spec.get("template") or {})
+        new_rs = next((rs for rs in owned if meta(rs).get("labels", {}).get("pod-template-hash") == pod_hash), None)
+        old_sets = [rs for rs in owned if rs is not new_rs]
+        if new_rs is None:
+            new_rs = self._create_replicaset(deployment, pod_hash, old_sets)
+            if new_rs is None:
+                return
+        for rs, replicas in rollout_targets(spec, desired, new_rs, old_sets):
+            if int((rs.get("spec") or {}).get("replicas", 0)) != replicas:
+                self.patch("replicasets", rs, {"spec": {"replicas": replicas}})
+        revision = meta(new_rs).get("annotations", {}).get("deployment.kubernetes.io/revision")
+        if revision and meta(deployment).get("annotations", {}).get("deployment.kubernetes.io/revision") != revision:
+            self.patch("deployments", deployment, {"metadata": {"annotations": {
+                "deployment.kubernetes.io/revision": revision}}})
+        status = deployment_status(deployment, new_rs, old_sets, desired, rfc3339(self.clock()))
+        if _status_differs(deployment.get("status") or {}, status):
+            self.patch("deployments", deployment, {"status": status}, subresource="status")
+
+    def _create_replicaset(self, deployment: dict, pod_hash: str, old_sets: list):
+        spec = deployment["spec"]
+        template = copy.deepcopy(spec.get("template") or {})
+        template.setdefault("metadata", {}).setdefault("labels", {})["pod-template-hash"] = pod_hash
+        selector = copy.deepcopy(spec.get("selector") or {})
+        selector.setdefault("matchLabels", {})["pod-template-hash"] = pod_hash
+        revisions = [int(meta(rs).get("annotations", {}).get("deployment.kubernetes.io/revision", "0") or 0)
+                     for rs in old_sets]
+        replicaset = {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "%s-%s" % (meta(deployment)["name"], pod_hash),
+                         "namespace": meta(deployment).get("namespace"),
+                         "labels": dict(template["metadata"]["labels"]),
+                         "annotations": {"deployment.kubernetes.io/revision": str(max(revisions + [0]) + 1),
+                                         "deployment.kubernetes.io/desired-replicas": str(spec.get("replicas", 1))},
+                         "ownerReferences": [owner_reference(deployment)]},
+            "spec": {"replicas": 0, "selector": selector, "template": template},
+        }
+        return self.create("replicasets", replicaset, namespace=meta(deployment).get("namespace"))
+
+    # --- replicasets ----------------------------------------------------------------------------
+    def sync_replicasets(self) -> None:
+        pods_by_owner = _pods_by_owner_uid(self.informer.items("pods"))
+        for replicaset in self.informer.items("replicasets"):
+            if meta(replicaset).get("deletionTimestamp"):
+                continue
+            owned = pods_by_owner.get(meta(replicaset).get("uid"), [])
+            active = [pod for pod in owned if pod_counts_for_controller(pod)]
+            desired = int((replicaset.get("spec") or {}).get("replicas", 1))
+            for _ in range(desired - len(active)):
+                self._create_pod_from_template(replicaset, replicaset["spec"].get("template") or {})
+            for pod in pods_to_scale_down(active, len(active) - desired):
+                self.delete("pods", pod)
+            self._write_replicaset_status(replicaset)
+
+    def _write_replicaset_status(self, replicaset: dict) -> None:
+        pods = [pod for pod in _pods_by_owner_uid(self.informer.items("pods")).get(meta(replicaset).get("uid"), [])
+                if pod_counts_for_controller(pod)]
+        ready = sum(1 for pod in pods if pod_is_ready(pod))
+        status = {"replicas": len(pods), "fullyLabeledReplicas": len(pods), "readyReplicas": ready,
+                  "availableReplicas": ready, "observedGeneration": meta(replicaset).get("generation", 1)}
+        if _status_differs(replicaset.get("status") or {}, status):
+            self.patch("replicasets", replicaset, {"status": status}, subresource="status")
+
+    def _create_pod_from_template(self, owner: dict, template: dict, node_name=None, extra_labels=None,
+                                  tolerations=None):
+        namespace = meta(owner).get("namespace")
+        pod_spec = copy.deepcopy(template.get("spec") or {})
+        pod_spec.setdefault("restartPolicy", "Always")
+        pod_spec.setdefault("schedulerName", "default-scheduler")
+        pod_spec.setdefault("terminationGracePeriodSeconds", 30)
+        pod_spec.setdefault("dnsPolicy", "ClusterFirst")
+        merged_tolerations = list(pod_spec.get("tolerations") or [])
+        for toleration in tolerations if tolerations is not None else DEFAULT_POD_TOLERATIONS:
+            if not any(t.get("key") == toleration["key"] and t.get("effect") == toleration["effect"]
+                       for t in merged_tolerations):
+                merged_tolerations.append(dict(toleration))
+        pod_spec["tolerations"] = merged_tolerations
+        if node_name:
+            pod_spec["affinity"] = dict(pod_spec.get("affinity") or {}, nodeAffinity={
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}})
+        labels = dict((template.get("metadata") or {}).get("labels") or {})
+        labels.update(extra_labels or {})
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "%s-%s" % (meta(owner)["name"], random_suffix()),
+                         "generateName": "%s-" % meta(owner)["name"], "namespace": namespace,
+                         "labels": labels,
+                         "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                         "ownerReferences": [owner_reference(owner)]},
+            "spec": pod_spec,
+            "status": {"phase": "Pending", "qosClass": "BestEffort"},
+        }
+        return self.create("pods", pod, namespace=namespace)
+
+    # --- daemonsets -----------------------------------------------------------------------------
+    def sync_daemonsets(self) -> None:
+        nodes = self.informer.items("nodes")
+        pods_by_owner = _pods_by_owner_uid(self.informer.items("pods"))
+        for daemonset in self.informer.items("daemonsets"):
+            if meta(daemonset).get("deletionTimestamp"):
+                continue
+            self._sync_daemonset(daemonset, nodes, pods_by_owner.get(meta(daemonset).get("uid"), []))
+
+    def _sync_daemonset(self, daemonset: dict, nodes: list, owned: list) -> None:
+        template = (daemonset.get("spec") or {}).get("template") or {}
+        revision = template_hash(template)
+        probe = {"spec": dict(template.get("spec") or {})}
+        probe["spec"]["tolerations"] = list(probe["spec"].get("tolerations") or []) + DAEMONSET_TOLERATIONS
+        eligible = {meta(node)["name"] for node in nodes if daemonset_should_run_on(probe, node)}
+        pods_on_node = {}
+        for pod in owned:
+            if pod_counts_for_controller(pod) or (pod_is_terminal(pod) and not pod_is_terminating(pod)):
+                pods_on_node.setdefault(daemon_pod_node_name(pod), []).append(pod)
+        for node_name, pods in pods_on_node.items():
+            if node_name not in eligible:
+                for pod in pods:
+                    self.delete("pods", pod)
+        for node_name in sorted(eligible):
+            pods = pods_on_node.get(node_name, [])
+            failed = [pod for pod in pods if pod_is_terminal(pod)]
+            for pod in failed:
+                self.delete("pods", pod)
+            running = [pod for pod in pods if pod not in failed]
+            for extra in running[1:]:
+                self.delete("pods", extra)
+            if not running:
+                self._create_pod_from_template(daemonset, template, node_name=node_name,
+                                               extra_labels={"controller-revision-hash": revision},
+                                               tolerations=DAEMONSET_TOLERATIONS)
+        self._roll_daemonset(daemonset, revision, pods_on_node, eligible)
+        self._write_daemonset_status(daemonset, revision, eligible)
+
+    def _roll_daemonset(self, daemonset: dict, revision: str, pods_on_node: dict, eligible: set) -> None:
+        strategy = (daemonset.get("spec") or {}).get("updateStrategy") or {}
+        if strategy.get("type") == "OnDelete":
+            return
+        max_unavailable = int((strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1) or 1)
+        current = [pods[0] for name, pods in pods_on_node.items() if name in eligible and pods]
+        unavailable = len(eligible) - sum(1 for pod in current if pod_is_ready(pod) and not pod_is_terminating(pod))
+        outdated = [pod for pod in current if meta(pod).get("labels", {}).get("controller-revision-hash") != revision
+                    and not pod_is_terminating(pod)]
+        # Unready outdated pods go first: replacing them costs no availability.
+        outdated.sort(key=pod_is_ready)
+        budget = max_unavailable - unavailable
+        for pod in outdated:
+            if pod_is_ready(pod):
+                if budget <= 0:
+                    break
+                budget -= 1
+            self.delete("pods", pod)
+
+    def _write_daemonset_status(self, daemonset: dict, revision: str, eligible: set) -> None:
+        pods = [pod for pod in _pods_by_owner_uid(self.informer.items("pods")).get(meta(daemonset).get("uid"), [])
+                if pod_counts_for_controller(pod)]
+        scheduled = {daemon_pod_node_name(pod) for pod in pods if (pod.get("spec") or {}).get("nodeName")}
+        ready = [pod for pod in pods if pod_is_ready(pod) and daemon_pod_node_name(pod) in eligible]
+        updated = [pod for pod in pods if meta(pod).get("labels", {}).get("controller-revision-hash") == revision
+                   and daemon_pod_node_name(pod) in eligible]
+        status = {"desiredNumberScheduled": len(eligible), "currentNumberScheduled": len(scheduled & eligible),
+                  "numberMisscheduled": len(scheduled - eligible), "numberReady": len(ready),
+                  "numberAvailable": len(ready), "updatedNumberScheduled": len(updated),
+                  "observedGeneration": meta(daemonset).get("generation", 1)}
+        if len(eligible) > len(ready):
+            status["numberUnavailable"] = len(eligible) - len(ready)
+        if _status_differs(daemonset.get("status") or {}, status):
+            self.patch("daemonsets", daemonset, {"status": status}, subresource="status")
+
+    # --- scheduler ------------------------------------------------------------------------------
+    def schedule_pending(self, now: float) -> None:
+        pending = [pod for pod in self.informer.items("pods") if _needs_scheduling(pod)]
+        if not pending:
+            return
+        nodes = self.informer.items("nodes")
+        pods_by_node = scheduler.pods_by_node_name(self.informer.items("pods"))
+        pending.sort(key=lambda pod: meta(pod).get("creationTimestamp") or "")
+        for pod in pending:
+            node_name, message = scheduler.pick_node(pod, nodes, pods_by_node)
+            if node_name:
+                bound = self._bind(pod, node_name, now)
+                pods_by_node.setdefault(node_name, []).append(bound or pod)
+            else:
+                self._mark_unschedulable(pod, message, now)
+
+    def _bind(self, pod: dict, node_name: str, now: float):
+        try:
+            bound = self.store.bind(meta(pod).get("namespace"), meta(pod)["name"], node_name)
+        except ApiError as error:
+            if error.code in (404, 409):
+                return None
+            raise
+        self.informer.observe("pods", bound)
+        condition = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                     "lastTransitionTime": rfc3339(now)}
+        bound = self.patch("pods", bound, {"status": {"conditions": [condition]}}, subresource="status") or bound
+        self._scheduling_messages.pop(meta(pod).get("uid"), None)
+        self.record_event(bound, "Scheduled", "Successfully assigned %s/%s to %s" % (
+            meta(pod).get("namespace"), meta(pod)["name"], node_name))
+        return bound
+
+    def _mark_unschedulable(self, pod: dict, message: str, now: float) -> None:
+        uid = meta(pod).get("uid")
+        if self._scheduling_messages.get(uid) == message:
+            return
+        self._scheduling_messages[uid] = message
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastProbeTime": None, "lastTransitionTime": rfc3339(now)}
+        self.patch("pods", pod, {"status": {"conditions": [condition]}}, subresource="status")
+        self.record_event(pod, "FailedScheduling", message, event_type="Warning")
+
+# --- pure helpers ------------------------------------------------------------------------------
+def _status_differs(current: dict, wanted: dict) -> bool:
+    return any(current.get(key) != value for key, value in wanted.items())
+
+
+def _pods_by_owner_uid(pods: list) -> dict:
+    grouped = {}
+    for pod in pods:
+        owner = controller_owner(pod)
+        if owner:
+            grouped.setdefault(owner.get("uid"), []).append(pod)
+    return grouped
+
+
+def _needs_scheduling(pod: dict) -> bool:
+    spec = pod.get("spec") or {}
+    return (not spec.get("nodeName") and not pod_is_terminating(pod) and not pod_is_terminal(pod)
+            and (spec.get("schedulerName") or "default-scheduler") == "default-scheduler")
+
+
+def daemon_pod_node_name(pod: dict):
+    """The node a DaemonSet pod belongs to: its binding, else the matchFields target."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return spec["nodeName"]
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return field["values"][0]
+    return None
+
+
+def daemonset_should_run_on(probe_pod: dict, node: dict) -> bool:
+    return scheduler.node_matches_affinity(probe_pod, node) and not scheduler.untolerated_taints(probe_pod, node)
+
+
+def pods_to_scale_down(active_pods: list, count: int) -> list:
+    """Upstream order: unscheduled first, then pending, then not ready, then the newest."""
+    if count <= 0:
+        return []
+    newest_first = sorted(active_pods, key=lambda pod: meta(pod).get("creationTimestamp") or "", reverse=True)
+    newest_first.sort(key=lambda pod: (bool((pod.get("spec") or {}).get("nodeName")),
+                                       (pod.get("status") or {}).get("phase") != "Pending",
+                                       pod_is_ready(pod)))
+    return newest_first[:count]
+
+
+def _int_or_percent(value, total: int, round_up: bool) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        scaled = int(value[:-1]) * total / 100.0
+        return int(-(-scaled // 1)) if round_up else int(scaled // 1)
+    return int(value)
+
+
+def rollout_targets(spec: dict, desired: int, new_rs: dict, old_sets: list) -> list:
+    """[(replicaset, replicas)] for the next step of a RollingUpdate (or Recreate) rollout."""
+    def replicas(rs):
+        return int((rs.get("spec") or {}).get("replicas", 0))
+
+    def available(rs):
+        return int((rs.get("status") or {}).get("availableReplicas", 0))
+
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        old_pods_left = any((rs.get("status") or {}).get("replicas") for rs in old_sets)
+        return [(rs, 0) for rs in old_sets] + [(new_rs, replicas(new_rs) if old_pods_left else desired)]
+    if not any(replicas(rs) for rs in old_sets):
+        return [(new_rs, desired)] + [(rs, 0) for rs in old_sets]
+    rolling = strategy.get("rollingUpdate") or {}
+    max_surge = _int_or_percent(rolling.get("maxSurge", "25%"), desired, round_up=True)
+    max_unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
+    if max_surge == 0 and max_unavailable == 0:
+        max_unavailable = 1
+    total = replicas(new_rs) + sum(replicas(rs) for rs in old_sets)
+    pairs = [(new_rs, min(desired, replicas(new_rs) + max(0, desired + max_surge - total)))]
+    # Old pods may go while availability stays at desired - maxUnavailable; unavailable old pods always may.
+    budget = max(0, available(new_rs) + sum(available(rs) for rs in old_sets) - (desired - max_unavailable))
+    for rs in sorted(old_sets, key=lambda r: meta(r).get("creationTimestamp") or ""):
+        unavailable_here = max(0, replicas(rs) - available(rs))
+        reduce_by = min(replicas(rs), unavailable_here + budget)
+        budget -= max(0, reduce_by - unavailable_here)
+        pairs.append((rs, replicas(rs) - reduce_by))
+    return pairs
+
+
+def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: int, now: str) -> dict:
+    sets = [new_rs] + old_sets
+
+    def total(field):
+        return sum(int((rs.get("status") or {}).get(field, 0)) for rs in sets)
+
+    available = total("availableReplicas")
+    updated = int((new_rs.get("status") or {}).get("replicas", 0))
+    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
+    max_unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
+    complete = updated == desired and total("replicas") == desired and available >= desired
+    previous = {c.get("type"): c for c in (deployment.get("status") or {}).get("conditions") or []}
+    conditions = [
+        _condition(previous, "Available", available >= desired - max_unavailable,
+                   "MinimumReplicasAvailable" if available >= desired - max_unavailable else "MinimumReplicasUnavailable",
+                   "Deployment has minimum availability." if available >= desired - max_unavailable
+                   else "Deployment does not have minimum availability.", now),
+        _condition(previous, "Progressing", True,
+                   "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
+                   ('ReplicaSet "%s" has successfully progressed.' if complete else 'ReplicaSet "%s" is progressing.')
+                   % meta(new_rs)["name"], now),
+    ]
+    return {"observedGeneration": meta(deployment).get("generation", 1), "replicas": total("replicas"),
+            "updatedReplicas": updated, "readyReplicas": total("readyReplicas"), "availableReplicas": available,
+            "unavailableReplicas": max(0, desired - available) or None, "conditions": conditions}
+
+
+def _condition(previous: dict, condition_type: str, ok: bool, reason: str, message: str, now: str) -> dict:
+    status = "True" if ok else "False"
+    old = previous.get(condition_type) or {}
+    if old.get("status") == status and old.get("reason") == reason and old.get("message") == message:
+        return old
+    transition = old.get("lastTransitionTime") if old.get("status") == status else now
+    return {"type": condition_type, "status": status, "reason": reason, "message": message,
+            "lastUpdateTime": now, "lastTransitionTime": transition or now}
+
+
+def wanted_node_taints(node: dict, now: float) -> list:
+    """Taints the node lifecycle controller keeps: cordon and NotReady/Unreachable, others untouched."""
+    managed = (scheduler.UNSCHEDULABLE_TAINT_KEY, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY)
+    current = (node.get("spec") or {}).get("taints") or []
+    kept = [taint for taint in current if taint.get("key") not in managed]
+    wanted = []
+    if (node.get("spec") or {}).get("unschedulable"):
+        wanted.append({"key": scheduler.UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"})
+    ready = node_ready_status(node)
+    if ready != "True" and (node.get("status") or {}).get("conditions"):
+        key = UNREACHABLE_TAINT_KEY if ready == "Unknown" else NOT_READY_TAINT_KEY
+        wanted.append({"key": key, "effect": "NoSchedule"})
+        wanted.append({"key": key, "effect": "NoExecute", "timeAdded": rfc3339(now)})
+    result = list(kept)
+    for taint in wanted:
+        existing = next((t for t in current if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]),
+                        None)
+        result.append(existing if existing is not None else taint)
+    return result
+
+
+def _parse_rfc3339(text: str) -> float:
+    import calendar
+    return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def noexecute_deadline_passed(pod: dict, node: dict, now: float) -> bool:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") != "NoExecute":
+            continue
+        matching = [t for t in tolerations if scheduler.tolerates([t], taint)]
+        if not matching:
+            return True
+        seconds = [t.get("tolerationSeconds") for t in matching]
+        if None in seconds:
+            continue
+        added = _parse_rfc3339(taint["timeAdded"]) if taint.get("timeAdded") else now
+        if now >= added + min(seconds):
+            return True
+    return False

@@ -1,0 +1,190 @@
+"""The NVIDIA device plugin and GPU Feature Discovery as the twin models them (pure functions).
+
+What the plugin advertises comes from the GPUs the node's loaded driver exposes
+(NodeView.visible_gpus()), so labels and allocatable follow a driver upgrade + reboot:
+- `single` MIG strategy: `nvidia.com/gpu` = GPUs (or the MIG devices, when every GPU is in MIG mode);
+- `mixed`: `nvidia.com/gpu` for GPUs without MIG plus `nvidia.com/mig-<profile>` per MIG profile;
+- DRA: no extended resources; one resource.k8s.io ResourceSlice per node (driver gpu.nvidia.com).
+Log texts are those the k8s-device-plugin prints (v0.12 style lines, e.g. NVIDIA/k8s-device-plugin#303).
+"""
+
+from __future__ import annotations
+
+import time
+
+NAMESPACE = "kube-system"
+DAEMONSET_NAME = "nvidia-device-plugin-daemonset"
+POD_LABELS = {"name": "nvidia-device-plugin-ds", "app": "nvidia-device-plugin-ds"}
+IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+DRA_DRIVER = "gpu.nvidia.com"
+# Node Feature Discovery's PCI label for vendor 0x10de: what makes a node a "GPU node" for the
+# plugin's DaemonSet even when no driver is loaded (then the plugin crash-loops, as on real nodes).
+GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+GFD_LABEL_PREFIX = "nvidia.com/"
+
+NVML_LIBRARY_NOT_FOUND = "could not load NVML library: libnvidia-ml.so.1: cannot open shared object file: No such file or directory"
+
+
+def is_device_plugin_pod(pod: dict) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return (pod.get("metadata") or {}).get("namespace") == NAMESPACE and labels.get("app") == POD_LABELS["app"]
+
+
+def daemonset_manifest() -> dict:
+    """The static DaemonSet of NVIDIA/k8s-device-plugin `deployments/static/nvidia-device-plugin.yml`."""
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": DAEMONSET_NAME, "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"name": POD_LABELS["name"]}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": dict(POD_LABELS)},
+                "spec": {
+                    "nodeSelector": {GPU_NODE_LABEL: "true"},
+                    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    "priorityClassName": "system-node-critical",
+                    "containers": [{
+                        "name": "nvidia-device-plugin-ctr", "image": IMAGE,
+                        "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "true"}],
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
+                    }],
+                    "volumes": [{"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}],
+                },
+            },
+        },
+    }
+
+
+def mig_resource_name(profile: str) -> str:
+    return MIG_RESOURCE_PREFIX + profile
+
+
+def extended_resources(gpus: list, mig_strategy: str = "single") -> dict:
+    """Resource name -> device count the plugin registers with the kubelet."""
+    if mig_strategy == "mixed":
+        counts = {GPU_RESOURCE: sum(1 for gpu in gpus if not gpu.get("mig_enabled"))}
+        for gpu in gpus:
+            for device in gpu.get("mig_devices") or [] if gpu.get("mig_enabled") else []:
+                name = mig_resource_name(device["profile"])
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+    if gpus and all(gpu.get("mig_enabled") for gpu in gpus):
+        return {GPU_RESOURCE: sum(len(gpu.get("mig_devices") or []) for gpu in gpus)}
+    return {GPU_RESOURCE: len(gpus)}
+
+
+def product_label(gpu_name: str) -> str:
+    return "-".join(gpu_name.split())
+
+
+def gfd_labels(gpus: list, driver_version, mig_capable: bool, mig_strategy: str = "single") -> dict:
+    """GPU Feature Discovery labels for the node; empty when NVML shows no GPU (GFD then labels nothing)."""
+    if not gpus or not driver_version:
+        return {}
+    first = gpus[0]
+    labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product_label(first["name"]),
+        "nvidia.com/gpu.count": str(len(gpus)),
+        "nvidia.com/gpu.memory": str(first.get("memory_mib") or 0),
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/mig.capable": "true" if mig_capable else "false",
+        "nvidia.com/mig.strategy": mig_strategy,
+    }
+    labels.update(_driver_version_labels(driver_version))
+    if mig_strategy == "mixed":
+        for name, count in extended_resources(gpus, "mixed").items():
+            if name.startswith(MIG_RESOURCE_PREFIX):
+                labels["nvidia.com/%s.count" % name[len("nvidia.com/"):]] = str(count)
+    return labels
+
+
+def _driver_version_labels(driver_version: str) -> dict:
+    parts = driver_version.split(".")
+    labels = {"nvidia.com/cuda.driver-version.full": driver_version,
+              "nvidia.com/cuda.driver-version.major": parts[0]}
+    if len(parts) > 1:
+        labels["nvidia.com/cuda.driver-version.minor"] = parts[1]
+    if len(parts) > 2:
+        labels["nvidia.com/cuda.driver-version.revision"] = parts[2]
+    return labels
+
+
+def apply_gfd_labels(current_labels: dict, wanted_gfd_labels: dict) -> dict:
+    """Node labels with every GFD-owned `nvidia.com/` label replaced by the wanted set."""
+    kept = {key: value for key, value in (current_labels or {}).items() if not key.startswith(GFD_LABEL_PREFIX)}
+    kept.update(wanted_gfd_labels)
+    return kept
+
+
+def resource_slice(node_name: str, node_uid: str, gpus: list, driver_version, generation: int,
+                   api_version: str = "resource.k8s.io/v1beta1") -> dict:
+    """The DRA driver's ResourceSlice for one node: a device per GPU and per MIG device."""
+    devices = []
+    for gpu in gpus:
+        devices.append(_dra_device("gpu-%d" % gpu["index"], gpu, "gpu", driver_version, gpu.get("memory_mib") or 0))
+        for mig_index, mig in enumerate(gpu.get("mig_devices") or [] if gpu.get("mig_enabled") else []):
+            devices.append(_dra_device("gpu-%d-mig-%d" % (gpu["index"], mig_index), dict(gpu, uuid=mig["uuid"]),
+                                       "mig", driver_version, None, profile=mig["profile"]))
+    return {
+        "apiVersion": api_version, "kind": "ResourceSlice",
+        "metadata": {"name": "%s-%s" % (node_name, DRA_DRIVER),
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
+                                          "controller": True}]},
+        "spec": {"driver": DRA_DRIVER, "nodeName": node_name,
+                 "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+                 "devices": devices},
+    }
+
+
+def _dra_device(name: str, gpu: dict, device_type: str, driver_version, memory_mib, profile=None) -> dict:
+    attributes = {"type": {"string": device_type}, "uuid": {"string": gpu["uuid"]},
+                  "productName": {"string": gpu["name"]}, "index": {"int": gpu["index"]}}
+    if driver_version:
+        attributes["driverVersion"] = {"version": driver_version}
+    if profile:
+        attributes["profile"] = {"string": profile}
+    capacity = {"memory": {"value": "%dMi" % memory_mib}} if memory_mib else {}
+    return {"name": name, "basic": {"attributes": attributes, "capacity": capacity}}
+
+
+def _log_time(when: float) -> str:
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(when))
+
+
+def startup_log(resources: dict, when: float) -> str:
+    """What a healthy plugin prints until it has registered each resource with the kubelet."""
+    stamp = _log_time(when)
+    lines = ["Loading NVML", "Starting FS watcher.", "Starting OS watcher.", "Retreiving plugins."]
+    for name in sorted(resources):
+        socket = "/var/lib/kubelet/device-plugins/%s.sock" % name.replace("nvidia.com/", "nvidia-")
+        lines += ["Starting GRPC server for '%s'" % name, "Starting to serve '%s' on %s" % (name, socket),
+                  "Registered device plugin for '%s' with Kubelet" % name]
+    return "".join("%s %s\n" % (stamp, line) for line in lines)
+
+
+def kubelet_restart_log(resources: dict, when: float) -> str:
+    """Lines a running plugin adds when the kubelet's socket is recreated and it re-registers."""
+    stamp = _log_time(when)
+    lines = ["inotify: /var/lib/kubelet/device-plugins/kubelet.sock created, restarting.",
+             "Stopping to serve '%s' on /var/lib/kubelet/device-plugins/nvidia-gpu.sock" % GPU_RESOURCE]
+    return "".join("%s %s\n" % (stamp, line) for line in lines) + startup_log(resources, when)
+
+
+def nvml_failure_log(when: float) -> str:
+    """The crash a plugin with FAIL_ON_INIT_ERROR=true prints when NVML cannot be loaded."""
+    stamp = _log_time(when)
+    lines = [
+        "Loading NVML",
+        "Failed to initialize NVML: %s." % NVML_LIBRARY_NOT_FOUND,
+        "If this is a GPU node, did you set the docker default runtime to `nvidia`?",
+        "You can check the prerequisites at: https://github.com/NVIDIA/k8s-device-plugin#prerequisites",
+        "You can learn how to set the runtime at: https://github.com/NVIDIA/k8s-device-plugin#quick-start",
+        "If this is not a GPU node, you should set up a toleration or nodeSelector to only deploy this plugin on GPU nodes",
+        "Error: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND",
+    ]
+    return "".join("%s %s\n" % (stamp, line) for line in lines)

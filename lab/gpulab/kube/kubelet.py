@@ -1,0 +1,547 @@
+"""One kubelet (with its NVIDIA device plugin registration) per node twin.
+
+The kubelet posts the Node (capacity/allocatable, conditions, nodeInfo with the node twin's bootID),
+renews its Lease in kube-node-lease, and runs the pods bound to it: ordinary containers "run" at once;
+a container whose command is `nvidia-smi ...` runs that command inside the node twin (NodeView.run), its
+output becomes the pod log and its exit code the phase. The device-plugin pod registers the GPUs the
+node's driver exposes; without NVML it crash-loops with the plugin's real failure log.
+
+All methods run on the controller thread, except the `nvidia-smi` commands (a small thread pool).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import deviceplugin
+from .controllers import MERGE, meta, pod_is_ready, pod_is_terminal, pod_is_terminating, rfc3339
+from .store import ApiError
+
+KUBELET_VERSION = "v1.32.2"
+CONTAINER_RUNTIME_VERSION = "containerd://1.7.24"
+OS_IMAGE = "Debian GNU/Linux 12 (bookworm)"
+LEASE_DURATION_S = 40
+# A GPU node of the twin: an 8-GPU HGX-class host.
+NODE_CAPACITY = {"cpu": "96", "memory": "1056426312Ki", "pods": "110", "ephemeral-storage": "1843126272Ki",
+                 "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
+NODE_ALLOCATABLE = {"cpu": "95", "memory": "1054226312Ki", "pods": "110", "ephemeral-storage": "1698632785592",
+                    "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
+FAULT_KINDS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down")
+
+
+class KubeletConfig:
+    def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
+                 crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
+                 resourceslice_api_version: str = "resource.k8s.io/v1beta1"):
+        self.heartbeat_s = heartbeat_s
+        self.mig_strategy = mig_strategy
+        self.dra = dra
+        self.crash_backoff_s = crash_backoff_s
+        self.max_crash_backoff_s = max_crash_backoff_s
+        self.view_refresh_s = view_refresh_s
+        self.resourceslice_api_version = resourceslice_api_version
+
+
+class PodLogs:
+    """Container logs by (namespace, pod name), read by the API server's pods/log handler."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._logs = {}
+
+    def set(self, namespace: str, name: str, text: str) -> None:
+        with self._lock:
+            self._logs[(namespace, name)] = text
+
+    def append(self, namespace: str, name: str, text: str) -> None:
+        with self._lock:
+            self._logs[(namespace, name)] = self._logs.get((namespace, name), "") + text
+
+    def get(self, namespace: str, name: str, container=None):
+        with self._lock:
+            return self._logs.get((namespace, name))
+
+    def drop(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._logs.pop((namespace, name), None)
+
+
+def command_argv(pod: dict):
+    """argv of a single-container pod whose command is nvidia-smi, else None."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if len(containers) != 1:
+        return None
+    argv = list(containers[0].get("command") or []) + list(containers[0].get("args") or [])
+    if argv and argv[0].rsplit("/", 1)[-1] == "nvidia-smi":
+        return ["nvidia-smi"] + argv[1:]
+    return None
+
+
+def container_id(pod_uid: str, attempt: int) -> str:
+    return "containerd://" + hashlib.sha256(("%s/%d" % (pod_uid, attempt)).encode()).hexdigest()
+
+
+class _ViewSnapshot:
+    """What the kubelet last read from the node twin (reads may be costly: refreshed on events)."""
+
+    def __init__(self, view):
+        self.up = view.is_up()
+        self.boot_id = view.boot_id() if self.up else None
+        self.driver_version = view.driver_version() if self.up else None
+        self.gpus = view.visible_gpus() if self.up else []
+        self.mig_capable = bool(view.mig_capable()) if self.up else False
+        pci_count = getattr(view, "pci_gpu_count", None)
+        self.pci_gpu_count = pci_count() if callable(pci_count) else None
+
+
+class Kubelet:
+    """Kubelet + device-plugin registration for one NodeView; `client` is the ControllerManager."""
+
+    def __init__(self, view, client, config: KubeletConfig, logs: PodLogs, executor: ThreadPoolExecutor,
+                 node_ip=None):
+        self.view = view
+        self.name = view.name
+        self.client = client
+        self.config = config
+        self.logs = logs
+        self.executor = executor
+        self.node_ip = node_ip or getattr(view, "ip", None) or "127.0.0.1"
+        self.faults = set()
+        self._view_dirty = True
+        self._snapshot = None
+        self._snapshot_at = 0.0
+        self._ever_had_gpus = False
+        self._boot_id = None
+        self._last_status_write = 0.0
+        self._last_lease_renew = 0.0
+        self._registered = None          # resource name -> count the plugin registered; None = not registered
+        self._capacity_extended = {}     # kubelet checkpoint: extended resources seen registered
+        self._stale_plugin_uid = None    # plugin pod that will not re-register (stale-device-plugin)
+        self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
+        self._runtime = {}               # pod uid -> container runtime state
+        self._jobs = {}                  # pod uid -> Future of a nvidia-smi run
+        self._slice_generation = 0
+        self._published_slice = None
+        view.subscribe(self._on_view_event)
+
+    # --- node twin events -----------------------------------------------------------------------
+    def _on_view_event(self, node_name, event_kind) -> None:
+        self._view_dirty = True
+        self.client.informer.changed.set()
+
+    def _refresh_view(self, now: float) -> _ViewSnapshot:
+        if self._snapshot is None or self._view_dirty or now - self._snapshot_at >= self.config.view_refresh_s:
+            self._view_dirty = False
+            self._snapshot = _ViewSnapshot(self.view)
+            self._snapshot_at = now
+            if self._snapshot.gpus:
+                self._ever_had_gpus = True
+        return self._snapshot
+
+    def serving(self) -> bool:
+        return bool(self._snapshot and self._snapshot.up) and "kubelet-down" not in self.faults
+
+    def is_gpu_node(self, snapshot: _ViewSnapshot) -> bool:
+        if snapshot.pci_gpu_count is not None:
+            return snapshot.pci_gpu_count > 0
+        return self._ever_had_gpus
+
+    # --- faults ---------------------------------------------------------------------------------
+    def apply_fault(self, kind: str, now: float) -> None:
+        if kind == "kubelet-restart":
+            self._restart_kubelet(now, plugin_reregisters=True)
+            return
+        if kind == "stale-device-plugin":
+            self._restart_kubelet(now, plugin_reregisters=False)
+        self.faults.add(kind)
+        self._view_dirty = True
+
+    def clear_fault(self, kind: str, now: float) -> None:
+        self.faults.discard(kind)
+        if kind == "stale-device-plugin":
+            self._stale_plugin_uid = None
+            self._reregister_after = now
+        self._view_dirty = True
+
+    def _restart_kubelet(self, now: float, plugin_reregisters: bool) -> None:
+        """A kubelet restart drops every device-plugin registration; capacity survives in the checkpoint."""
+        self._registered = None
+        plugin = self._plugin_pod()
+        if plugin_reregisters:
+            self._reregister_after = now + min(1.0, self.config.heartbeat_s)
+        elif plugin is not None:
+            self._stale_plugin_uid = meta(plugin).get("uid")
+        self._last_status_write = 0.0
+
+    def _plugin_pod(self):
+        for pod in self.client.informer.items("pods", deviceplugin.NAMESPACE):
+            if (pod.get("spec") or {}).get("nodeName") == self.name and deviceplugin.is_device_plugin_pod(pod) \
+                    and not pod_is_terminating(pod) and not pod_is_terminal(pod):
+                return pod
+        return None
+
+    # --- node object ----------------------------------------------------------------------------
+    def sync_node(self, now: float) -> None:
+        snapshot = self._refresh_view(now)
+        node = self.client.informer.get("nodes", self.name)
+        if not self.serving():
+            self._post_unknown(node, now)
+            return
+        if snapshot.boot_id != self._boot_id:
+            self._boot(snapshot, now)
+        if self._reregister_after is not None and now >= self._reregister_after:
+            self._reregister_running_plugin(now)
+        if node is None:
+            node = self.client.create("nodes", self._node_object(snapshot))
+            if node is None:
+                return
+        self._sync_labels(node, snapshot)
+        self._sync_status(node, snapshot, now)
+        self._renew_lease(node, now)
+        if self.config.dra:
+            self._sync_resource_slice(node, snapshot)
+
+    def _boot(self, snapshot: _ViewSnapshot, now: float) -> None:
+        """A new bootID: the kubelet started afresh; containers restart; plugins must register again."""
+        first_start = self._boot_id is None
+        self._boot_id = snapshot.boot_id
+        self._registered = None
+        self._reregister_after = None
+        self._stale_plugin_uid = None
+        self._last_status_write = 0.0
+        self._last_lease_renew = 0.0
+        if not first_start:
+            for runtime in self._runtime.values():
+                runtime["needs_restart"] = True
+
+    def _node_object(self, snapshot: _ViewSnapshot) -> dict:
+        return {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": self._wanted_labels({}, snapshot),
+                             "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                             "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+                "spec": {}}
+
+    def _wanted_labels(self, current: dict, snapshot: _ViewSnapshot) -> dict:
+        labels = dict(current)
+        labels.update({"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                       "beta.kubernetes.io/arch": "amd64"})
+        if self.is_gpu_node(snapshot):
+            labels[deviceplugin.GPU_NODE_LABEL] = "true"
+        gfd = deviceplugin.gfd_labels(snapshot.gpus, snapshot.driver_version, snapshot.mig_capable,
+                                      self.config.mig_strategy)
+        return deviceplugin.apply_gfd_labels(labels, gfd)
+
+    def _sync_labels(self, node: dict, snapshot: _ViewSnapshot) -> None:
+        current = meta(node).get("labels") or {}
+        wanted = self._wanted_labels(current, snapshot)
+        if wanted != current:
+            patch = {key: value for key, value in wanted.items() if current.get(key) != value}
+            patch.update({key: None for key in current if key not in wanted})
+            self.client.patch("nodes", node, {"metadata": {"labels": patch}})
+
+    def _extended_resources(self):
+        capacity = {name: str(count) for name, count in self._capacity_extended.items()}
+        allocatable = {name: str((self._registered or {}).get(name, 0)) for name in self._capacity_extended}
+        return capacity, allocatable
+
+    def _sync_status(self, node: dict, snapshot: _ViewSnapshot, now: float) -> None:
+        capacity_extra, allocatable_extra = self._extended_resources()
+        current = node.get("status") or {}
+        status = {
+            "capacity": dict(NODE_CAPACITY, **capacity_extra),
+            "allocatable": dict(NODE_ALLOCATABLE, **allocatable_extra),
+            "addresses": [{"type": "InternalIP", "address": self.node_ip}, {"type": "Hostname", "address": self.name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": self._node_info(snapshot),
+        }
+        heartbeat_due = now - self._last_status_write >= self.config.heartbeat_s
+        conditions = ready_conditions(current.get("conditions") or [], now, heartbeat_due)
+        changed = any(current.get(key) != value for key, value in status.items()) or \
+            _conditions_without_times(current.get("conditions")) != _conditions_without_times(conditions)
+        if changed or heartbeat_due:
+            status["conditions"] = conditions
+            self.client.patch("nodes", node, {"status": status}, subresource="status")
+            self._last_status_write = now
+
+    def _node_info(self, snapshot: _ViewSnapshot) -> dict:
+        machine_id = hashlib.md5(self.name.encode()).hexdigest()
+        return {"machineID": machine_id, "systemUUID": "%s-%s-%s-%s-%s" % (
+                    machine_id[:8], machine_id[8:12], machine_id[12:16], machine_id[16:20], machine_id[20:32]),
+                "bootID": snapshot.boot_id or "", "kernelVersion": getattr(self.view, "kernel_release", None)
+                or "6.1.0-18-amd64", "osImage": OS_IMAGE, "containerRuntimeVersion": CONTAINER_RUNTIME_VERSION,
+                "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": "linux", "architecture": "amd64"}
+
+    def _post_unknown(self, node, now: float) -> None:
+        """What the node lifecycle controller writes when the kubelet stops posting status."""
+        if node is None:
+            return
+        conditions = (node.get("status") or {}).get("conditions") or []
+        if conditions and all(c.get("status") == "Unknown" for c in conditions):
+            return
+        unknown = []
+        for condition in conditions or ready_conditions([], now, True):
+            unknown.append(dict(condition, status="Unknown", reason="NodeStatusUnknown",
+                                message="Kubelet stopped posting node status.", lastTransitionTime=rfc3339(now)))
+        self.client.patch("nodes", node, {"status": {"conditions": unknown}}, subresource="status")
+
+    def _renew_lease(self, node: dict, now: float) -> None:
+        if now - self._last_lease_renew < self.config.heartbeat_s:
+            return
+        self._last_lease_renew = now
+        renew_time = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%06dZ" % int((now % 1) * 1e6)
+        lease = self.client.informer.get("leases", self.name, "kube-node-lease")
+        if lease is None:
+            self.client.create("leases", {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.name,
+                                                  "uid": meta(node).get("uid")}]},
+                "spec": {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION_S,
+                         "renewTime": renew_time}}, namespace="kube-node-lease")
+        else:
+            self.client.patch("leases", lease, {"spec": {"renewTime": renew_time}})
+
+    def _sync_resource_slice(self, node: dict, snapshot: _ViewSnapshot) -> None:
+        """DRA mode: the plugin publishes (or withdraws) one ResourceSlice for the node's GPUs."""
+        wanted_devices = self._registered is not None and snapshot.gpus
+        key = (tuple(g["uuid"] for g in snapshot.gpus), snapshot.driver_version) if wanted_devices else None
+        if key == self._published_slice:
+            return
+        name = "%s-%s" % (self.name, deviceplugin.DRA_DRIVER)
+        try:
+            self.client.store.delete("resourceslices", name)
+        except ApiError:
+            pass
+        if key is not None:
+            self._slice_generation += 1
+            self.client.create("resourceslices", deviceplugin.resource_slice(
+                self.name, meta(node).get("uid"), snapshot.gpus, snapshot.driver_version, self._slice_generation,
+                self.config.resourceslice_api_version))
+        self._published_slice = key
+
+    # --- pods -----------------------------------------------------------------------------------
+    def sync_pods(self, pods: list, now: float) -> None:
+        if not self.serving():
+            for pod in pods:
+                self._mark_not_ready(pod, now)
+            return
+        for pod in pods:
+            if pod_is_terminating(pod):
+                self._finalize(pod)
+            elif pod_is_terminal(pod):
+                continue
+            elif deviceplugin.is_device_plugin_pod(pod):
+                self._sync_plugin_pod(pod, now)
+            elif command_argv(pod) is not None:
+                self._sync_command_pod(pod, now)
+            else:
+                self._sync_long_running_pod(pod, now)
+
+    def _finalize(self, pod: dict) -> None:
+        uid = meta(pod).get("uid")
+        self._runtime.pop(uid, None)
+        if self._stale_plugin_uid == uid:
+            self._stale_plugin_uid = None
+        if deviceplugin.is_device_plugin_pod(pod):
+            self._registered = None
+        self.client.delete("pods", pod, grace_period_seconds=0)
+        self.logs.drop(meta(pod).get("namespace"), meta(pod)["name"])
+
+    def _mark_not_ready(self, pod: dict, now: float) -> None:
+        if pod_is_terminal(pod) or not pod_is_ready(pod):
+            return
+        conditions = [dict(c, status="False", lastTransitionTime=rfc3339(now))
+                      if c.get("type") in ("Ready", "ContainersReady") else c
+                      for c in (pod.get("status") or {}).get("conditions") or []]
+        self.client.patch("pods", pod, {"status": {"conditions": conditions}}, subresource="status")
+
+    def _start_container(self, pod: dict, now: float) -> dict:
+        uid = meta(pod).get("uid")
+        runtime = self._runtime.get(uid)
+        if runtime is None:
+            runtime = self._runtime[uid] = {"attempt": 0, "restart_count": 0, "started_at": now,
+                                            "needs_restart": False, "next_attempt": now, "state": None}
+        else:
+            runtime["attempt"] += 1
+            runtime["restart_count"] += 1
+            runtime["started_at"] = now
+            runtime["needs_restart"] = False
+        return runtime
+
+    def _sync_long_running_pod(self, pod: dict, now: float) -> None:
+        runtime = self._runtime.get(meta(pod).get("uid"))
+        if runtime is None or runtime["needs_restart"] or (pod.get("status") or {}).get("phase") != "Running":
+            runtime = self._start_container(pod, now)
+            self._write_running(pod, runtime, now, ready=True)
+
+    def _write_running(self, pod: dict, runtime: dict, now: float, ready: bool, waiting=None, last_state=None):
+        containers = (pod.get("spec") or {}).get("containers") or []
+        statuses = []
+        for container in containers:
+            state = {"waiting": waiting} if waiting else {"running": {"startedAt": rfc3339(runtime["started_at"])}}
+            statuses.append({"name": container.get("name"), "image": container.get("image", ""),
+                             "imageID": "", "containerID": container_id(meta(pod).get("uid"), runtime["attempt"]),
+                             "ready": ready, "started": not waiting, "restartCount": runtime["restart_count"],
+                             "state": state, "lastState": last_state or {}})
+        status = self._pod_status_base(pod, now, ready)
+        status.update({"phase": "Running", "containerStatuses": statuses})
+        self.client.patch("pods", pod, {"status": status}, subresource="status")
+
+    def _pod_status_base(self, pod: dict, now: float, ready: bool) -> dict:
+        previous = pod.get("status") or {}
+        start_time = previous.get("startTime") or rfc3339(now)
+        scheduled = next((c for c in previous.get("conditions") or [] if c.get("type") == "PodScheduled"),
+                         {"type": "PodScheduled", "status": "True", "lastTransitionTime": start_time})
+        flag = "True" if ready else "False"
+        conditions = [
+            {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": start_time},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": start_time},
+            {"type": "Ready", "status": flag, "lastTransitionTime": rfc3339(now)},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": rfc3339(now)},
+            scheduled,
+        ]
+        for condition in conditions[2:4]:
+            if not ready:
+                condition.update(reason="ContainersNotReady",
+                                 message="containers with unready status: [%s]" % " ".join(
+                                     c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []))
+        return {"hostIP": self.node_ip, "hostIPs": [{"ip": self.node_ip}], "podIP": self._pod_ip(pod),
+                "podIPs": [{"ip": self._pod_ip(pod)}], "startTime": start_time, "conditions": conditions}
+
+    def _pod_ip(self, pod: dict) -> str:
+        digest = hashlib.md5((meta(pod).get("uid") or "").encode()).digest()
+        return "10.244.%d.%d" % (digest[0], max(2, digest[1]))
+
+    # --- nvidia-smi pods ------------------------------------------------------------------------
+    def _sync_command_pod(self, pod: dict, now: float) -> None:
+        uid = meta(pod).get("uid")
+        job = self._jobs.get(uid)
+        if job is None:
+            runtime = self._start_container(pod, now)
+            self._jobs[uid] = self.executor.submit(self._run_command, command_argv(pod))
+            self._write_running(pod, runtime, now, ready=True)
+            return
+        if not job.done():
+            return
+        del self._jobs[uid]
+        exit_code, output = job.result()
+        runtime = self._runtime.get(uid) or self._start_container(pod, now)
+        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], output)
+        self._write_terminated(pod, runtime, exit_code, now)
+
+    def _run_command(self, argv: list):
+        try:
+            exit_code, stdout, stderr = self.view.run(argv, timeout=60)
+        except Exception as error:  # the node twin went away mid-command
+            exit_code, stdout, stderr = 128, "", "%s\n" % error
+        self.client.informer.changed.set()
+        return exit_code, stdout + stderr
+
+    def _write_terminated(self, pod: dict, runtime: dict, exit_code: int, now: float) -> None:
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                      "startedAt": rfc3339(runtime["started_at"]), "finishedAt": rfc3339(now),
+                      "containerID": container_id(meta(pod).get("uid"), runtime["attempt"])}
+        status = self._pod_status_base(pod, now, ready=False)
+        for condition in status["conditions"][2:4]:
+            condition.update(reason="PodCompleted", message="")
+        status.update({"phase": "Succeeded" if exit_code == 0 else "Failed", "containerStatuses": [{
+            "name": container.get("name"), "image": container.get("image", ""), "imageID": "",
+            "containerID": terminated["containerID"], "ready": False, "started": False,
+            "restartCount": runtime["restart_count"], "state": {"terminated": terminated}, "lastState": {}}]})
+        self.client.patch("pods", pod, {"status": status}, subresource="status")
+
+    # --- the device plugin pod ------------------------------------------------------------------
+    def _sync_plugin_pod(self, pod: dict, now: float) -> None:
+        uid = meta(pod).get("uid")
+        runtime = self._runtime.get(uid)
+        crashed = runtime is not None and runtime["state"] == "crashed"
+        if runtime is None or runtime["needs_restart"] or (pod.get("status") or {}).get("phase") != "Running":
+            self._start_plugin(pod, now)
+        elif crashed and now >= runtime["next_attempt"]:
+            self._start_plugin(pod, now)
+        elif not crashed and "device-plugin-crash" in self.faults:
+            self._start_plugin(pod, now)
+        elif not crashed and self._registered is None and self._stale_plugin_uid != uid \
+                and self._reregister_after is None:
+            self._register(pod, now)
+
+    def _plugin_can_start(self) -> bool:
+        return bool(self._snapshot and self._snapshot.gpus) and "device-plugin-crash" not in self.faults
+
+    def _start_plugin(self, pod: dict, now: float) -> None:
+        runtime = self._start_container(pod, now)
+        if self._plugin_can_start():
+            runtime["state"] = "running"
+            self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], "")
+            self._write_running(pod, runtime, now, ready=True)
+            self._register(pod, now)
+            return
+        self._registered = None
+        runtime["state"] = "crashed"
+        backoff_s = min(self.config.max_crash_backoff_s, self.config.crash_backoff_s * (2 ** runtime["attempt"]))
+        runtime["next_attempt"] = now + backoff_s
+        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], deviceplugin.nvml_failure_log(now))
+        container_name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
+        waiting = {"reason": "CrashLoopBackOff", "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)"
+                   % (int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"), meta(pod).get("uid"))}
+        last_state = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": rfc3339(now),
+                                     "finishedAt": rfc3339(now),
+                                     "containerID": container_id(meta(pod).get("uid"), runtime["attempt"])}}
+        self._write_running(pod, runtime, now, ready=False, waiting=waiting, last_state=last_state)
+
+    def _register(self, pod: dict, now: float) -> None:
+        if self._stale_plugin_uid == meta(pod).get("uid"):
+            return
+        gpus = self._snapshot.gpus if self._snapshot else []
+        if self.config.dra:
+            self._registered = {}
+        else:
+            self._registered = deviceplugin.extended_resources(gpus, self.config.mig_strategy)
+            self._capacity_extended.update(self._registered)
+        self.logs.append(meta(pod).get("namespace"), meta(pod)["name"],
+                         deviceplugin.startup_log(self._registered or {deviceplugin.GPU_RESOURCE: 0}, now))
+
+    def _reregister_running_plugin(self, now: float) -> None:
+        """After a kubelet restart a healthy plugin sees kubelet.sock recreated and registers again."""
+        self._reregister_after = None
+        plugin = self._plugin_pod()
+        runtime = self._runtime.get(meta(plugin).get("uid")) if plugin else None
+        if plugin is None or runtime is None or runtime["state"] != "running" or not self._plugin_can_start():
+            return
+        gpus = self._snapshot.gpus
+        resources = deviceplugin.extended_resources(gpus, self.config.mig_strategy) if not self.config.dra else {}
+        self.logs.append(meta(plugin).get("namespace"), meta(plugin)["name"],
+                         deviceplugin.kubelet_restart_log(resources or {deviceplugin.GPU_RESOURCE: 0}, now))
+        self._registered = resources
+        self._capacity_extended.update(resources)
+
+
+def _conditions_without_times(conditions) -> list:
+    return [{k: v for k, v in c.items() if k not in ("lastHeartbeatTime", "lastTransitionTime")}
+            for c in conditions or []]
+
+
+def ready_conditions(previous: list, now: float, heartbeat_due: bool) -> list:
+    """The kubelet's four node conditions; transition times kept while the status holds."""
+    stamp = rfc3339(now)
+    old = {c.get("type"): c for c in previous}
+    wanted = [("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+              ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+              ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+              ("Ready", "True", "KubeletReady", "kubelet is posting ready status")]
+    conditions = []
+    for condition_type, status, reason, message in wanted:
+        before = old.get(condition_type) or {}
+        same = before.get("status") == status
+        conditions.append({
+            "type": condition_type, "status": status, "reason": reason, "message": message,
+            "lastHeartbeatTime": stamp if heartbeat_due or not same else before.get("lastHeartbeatTime", stamp),
+            "lastTransitionTime": before.get("lastTransitionTime", stamp) if same else stamp,
+        })
+    return conditions
