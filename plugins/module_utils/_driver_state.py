@@ -145,6 +145,8 @@ def parse_modinfo(text):
     info = {}
     last_key = None
     for line in (text or "").splitlines():
+        if line.startswith("modinfo: "):
+            continue  # "modinfo: ERROR: Module nvidia not found."
         match = _MODINFO_LINE_RE.match(line)
         if match and not line[:1].isspace():
             last_key = match.group("key")
