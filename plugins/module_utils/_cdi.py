@@ -191,48 +191,47 @@ def minimum_version(spec):
 
 def _schema_errors(spec):
     validator = Validator(_cdi_schema.RESOURCES, _cdi_schema.SCHEMA_URI)
-    return [str(error) for error in validator.errors(spec)]
+    return [(format_path(error.path), error.message) for error in validator.errors(spec)]
 
 
 def _go_type_error(value, go_type):
-    """Message when value cannot be decoded into go_type ('' when it can)."""
+    """Message when value cannot be decoded into go_type ('' when it can; null decodes to the zero value)."""
+    if value is None:
+        return ""
+    if isinstance(go_type, list):
+        return "" if isinstance(value, list) else "must be a list"
+    if go_type in STRUCT_FIELDS:
+        return "" if isinstance(value, dict) else "must be a mapping"
+    if go_type == "string":
+        return "" if isinstance(value, str) else "must be a string"
+    if go_type == "map":
+        ok = isinstance(value, dict) and all(isinstance(item, str) for item in value.values())
+        return "" if ok else "must be a mapping of strings to strings"
     if go_type == "bool":
         return "" if isinstance(value, bool) else "must be a boolean"
-    if go_type in _INT_RANGES:
-        low, high = _INT_RANGES[go_type]
-        if isinstance(value, bool) or not isinstance(value, int):
-            return "must be an integer"
-        return "" if low <= value <= high else "must be between %d and %d" % (low, high)
-    return ""
+    low, high = _INT_RANGES[go_type]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "must be an integer"
+    return "" if low <= value <= high else "must be between %d and %d" % (low, high)
 
 
-def _strict_errors(value, struct, path):
-    """Unknown fields and Go integer/boolean types the JSON schema leaves unchecked (type-tolerant)."""
-    errors = []
-    if not isinstance(value, dict):
-        return errors
-    fields = STRUCT_FIELDS[struct]
-    for key, item in value.items():
-        field_path = path + [key]
-        if key not in fields:
-            errors.append("%s: unknown field (known: %s)" % (format_path(field_path), ", ".join(fields)))
-            continue
-        go_type = fields[key]
-        if isinstance(go_type, list):
-            for index, element in enumerate(_as_list(item)):
-                errors.extend(_strict_value_errors(element, go_type[0], field_path + [index]))
-        else:
-            errors.extend(_strict_value_errors(item, go_type, field_path))
-    return errors
-
-
-def _strict_value_errors(value, go_type, path):
-    if go_type in STRUCT_FIELDS:
-        return _strict_errors(value, go_type, path)
-    if value is None:
-        return []
+def _strict_errors(value, go_type, path):
+    """(path, message) for each unknown field and each value Go could not decode into its field's type."""
     message = _go_type_error(value, go_type)
-    return ["%s: %s" % (format_path(path), message)] if message else []
+    if message:
+        return [(format_path(path), message)]
+    errors = []
+    if isinstance(go_type, list) and isinstance(value, list):
+        for index, element in enumerate(value):
+            errors.extend(_strict_errors(element, go_type[0], path + [index]))
+    elif go_type in STRUCT_FIELDS and isinstance(value, dict):
+        fields = STRUCT_FIELDS[go_type]
+        for key, item in value.items():
+            if key in fields:
+                errors.extend(_strict_errors(item, fields[key], path + [key]))
+            else:
+                errors.append((format_path(path + [key]), "unknown field (known: %s)" % ", ".join(fields)))
+    return errors
 
 
 def _name_error(name, what, allowed_inside, first_must_be_letter):
@@ -406,14 +405,17 @@ def _semantic_errors(spec):
 def validate_spec(spec):
     """Return every reason (field path first) why CDI readers would reject spec; [] when it is valid.
 
-    Schema and strict-field checks run together; the Go library's semantic rules run only on a spec
-    whose shape is right, so that every message can rely on the types.
+    The JSON schema and the Go field types are checked together (a field both find wrong is reported once,
+    in the schema's words); the Go library's semantic rules run only on a spec whose shape is right, so that
+    every message can rely on the types.
     """
     if not isinstance(spec, dict):
         return ["(root): a CDI spec must be a mapping, got %s" % type(spec).__name__]
-    errors = _schema_errors(spec) + _strict_errors(spec, "Spec", [])
-    if errors:
-        return errors
+    schema_errors = _schema_errors(spec)
+    reported = set(path for path, _message in schema_errors)
+    shape_errors = schema_errors + [error for error in _strict_errors(spec, "Spec", []) if error[0] not in reported]
+    if shape_errors:
+        return ["%s: %s" % error for error in shape_errors]
     return _semantic_errors(spec)
 
 
