@@ -1,0 +1,253 @@
+"""``python -m gpulab``: start, inspect, break and stop a fleet twin. Every command but ``up`` is a thin client
+of the lab daemon's control socket ``DIR/control.sock``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from gpulab import daemon
+from gpulab.node import read_json, write_json
+
+LAB_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILES = ("h100x8", "a100x8", "l40sx4")
+
+
+class CliError(Exception):
+    pass
+
+
+def request(state_dir: str, payload: dict, timeout_s: float = 120) -> dict:
+    path = os.path.join(state_dir, daemon.CONTROL_SOCKET)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout_s)
+            conn.connect(path)
+            conn.sendall((json.dumps(payload) + "\n").encode())
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise CliError("no lab daemon answers in %s (run `python -m gpulab up --state-dir %s` first)"
+                       % (state_dir, state_dir))
+    if not data:
+        raise CliError("the lab daemon closed the connection without an answer (see %s/daemon.log)" % state_dir)
+    return json.loads(data)
+
+
+def daemon_alive(state_dir: str) -> bool:
+    pid = (read_json(os.path.join(state_dir, daemon.LAB_FILE)) or {}).get("daemon_pid")
+    if not pid:
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as stream:
+            return b"gpulab.daemon" in stream.read()
+    except OSError:
+        return False
+
+
+def checked(response: dict) -> dict:
+    if not response.get("ok"):
+        raise CliError(response.get("error") or "request failed")
+    return response
+
+
+# ---- up ---------------------------------------------------------------------------------------------------
+def cmd_up(args) -> int:
+    state_dir = os.path.abspath(args.state_dir)
+    if daemon_alive(state_dir):
+        raise CliError("a lab already runs in %s (`python -m gpulab down --state-dir %s` first)" % (state_dir, state_dir))
+    if not 1 <= args.nodes <= 200:
+        raise CliError("--nodes must be between 1 and 200")
+    created_dir = not os.path.exists(state_dir)
+    os.makedirs(state_dir, exist_ok=True)
+    preexisting = [] if created_dir else sorted(os.listdir(state_dir))
+    if daemon.LAB_FILE in preexisting:
+        raise CliError("%s holds a lab that was not taken down (`python -m gpulab down --state-dir %s`)"
+                       % (state_dir, state_dir))
+    settings = {"nodes": args.nodes, "profile": args.profile, "driver": args.driver, "secure_boot": args.secure_boot,
+                "runfiles": args.runfile or [], "api_only": args.api_only, "cluster_name": args.cluster_name,
+                "boot_delay_s": args.boot_delay, "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
+                "nvidia_backend": args.nvidia_backend}
+    write_json(os.path.join(state_dir, daemon.LAB_FILE),
+               {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
+                "created": time.time()})
+    spawn_daemon(state_dir)
+    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes)
+    print_usage(state_dir, info)
+    return 0
+
+
+def spawn_daemon(state_dir: str) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([LAB_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                      if p and os.path.abspath(p) != LAB_ROOT])
+    with open(os.path.join(state_dir, daemon.DAEMON_LOG), "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "gpulab.daemon", state_dir], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=log, env=env, cwd="/", start_new_session=True, close_fds=True)
+
+
+def wait_ready(state_dir: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = read_json(os.path.join(state_dir, daemon.LAB_FILE)) or {}
+        if info.get("status") == "ready":
+            return info
+        if info.get("status") == "failed":
+            raise CliError("lab failed to start: %s (see %s/daemon.log; `python -m gpulab down --state-dir %s`)"
+                           % (info.get("error"), state_dir, state_dir))
+        if info.get("daemon_pid") and not daemon_alive(state_dir):
+            raise CliError("lab daemon died while starting (see %s/daemon.log)" % state_dir)
+        time.sleep(0.1)
+    raise CliError("lab not ready after %ds (see %s/daemon.log)" % (timeout_s, state_dir))
+
+
+def print_usage(state_dir: str, info: dict) -> None:
+    nodes = info.get("nodes", [])
+    print("gpulab: %d node(s) up in %.1fs (%s)" % (len(nodes), info.get("up_s", 0), state_dir))
+    for node in nodes:
+        print("  %-14s %s" % (node["name"], node["ip"]))
+    if (info.get("kube") or {}).get("api_url"):
+        print("Kubernetes API: %s   kubectl --kubeconfig %s get nodes" % (info["kube"]["api_url"], info["kube"]["kubeconfig"]))
+    print("Ansible:  ansible -i %s gpu_nodes -m ping" % info["inventory"])
+    print("SSH:      ssh -F %s %s" % (info["ssh_config"], nodes[0]["name"] if nodes else "<node>"))
+    print("Stop:     PYTHONPATH=%s python -m gpulab down --state-dir %s" % (LAB_ROOT, state_dir))
+
+
+# ---- other commands ------------------------------------------------------------------------------------------
+def cmd_status(args) -> int:
+    lab = checked(request(args.state_dir, {"op": "status"}))["lab"]
+    if args.json:
+        print(json.dumps(lab, indent=1, sort_keys=True))
+        return 0
+    print("lab %s: %s (%s)" % (lab["name"], lab["status"], lab["state_dir"]))
+    print("%-14s %-12s %-9s %-6s %-5s %-12s %s" % ("NODE", "IP", "STATUS", "BOOTS", "SSH", "DRIVER", "FAULTS"))
+    for node in lab["nodes"]:
+        driver = node["kernel_driver_version"] if node["module_loaded"] else "-"
+        print("%-14s %-12s %-9s %-6d %-5s %-12s %s" % (node["name"], node["ip"], node["status"], node["boots"],
+                                                     "yes" if node["ssh"] else "no", driver,
+                                                     ",".join(node["faults"]) or "-"))
+    return 0
+
+
+def cmd_fault(args) -> int:
+    response = checked(request(args.state_dir, {"op": "fault", "node": args.node, "kind": args.kind}))
+    print("%s: fault %s applied" % (args.node, response["fault"]))
+    return 0
+
+
+def cmd_clear(args) -> int:
+    response = checked(request(args.state_dir, {"op": "clear", "node": args.node, "kind": args.kind}))
+    print("%s: cleared %s" % (args.node, ", ".join(response["cleared"]) or "nothing (no such active fault)"))
+    return 0
+
+
+def cmd_mok_confirm(args) -> int:
+    response = checked(request(args.state_dir, {"op": "mok-confirm", "node": args.node}))
+    print("%s: MOK key %s" % (args.node, response["message"]))
+    return 0
+
+
+def cmd_power(args) -> int:
+    checked(request(args.state_dir, {"op": "power", "node": args.node, "action": args.action}))
+    print("%s: power %s" % (args.node, args.action))
+    return 0
+
+
+def cmd_down(args) -> int:
+    state_dir = os.path.abspath(args.state_dir)
+    if not os.path.exists(os.path.join(state_dir, daemon.LAB_FILE)):
+        raise CliError("no lab in %s" % state_dir)
+    info = read_json(os.path.join(state_dir, daemon.LAB_FILE)) or {}
+    if daemon_alive(state_dir):
+        try:
+            request(state_dir, {"op": "down", "keep_logs": args.keep_logs}, timeout_s=30)
+        except CliError:
+            pass
+        deadline = time.monotonic() + 60
+        while daemon_alive(state_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if daemon_alive(state_dir):
+            os.kill(info["daemon_pid"], 9)
+    # sweep again: also what a crashed daemon left behind
+    if os.path.exists(os.path.join(state_dir, daemon.LAB_FILE)):
+        result = daemon.cleanup_state_dir(state_dir, keep_logs=args.keep_logs)
+        if result["left_mounts"]:
+            raise CliError("mounts still busy: %s" % ", ".join(result["left_mounts"]))
+    print("gpulab: lab in %s is down" % state_dir)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m gpulab", description="GPU fleet twin: node twins over SSH and a Kubernetes API twin.")
+    default_dir = os.environ.get("GPULAB_STATE_DIR")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", default=default_dir, required=default_dir is None,
+                        help="lab state directory (default: $GPULAB_STATE_DIR)")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", parents=[common], help="create and boot the nodes (returns when all answer SSH)")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--profile", default="h100x8", help="hardware profile: %s (or an NVIDIA-layer profile name)" % ", ".join(PROFILES))
+    up.add_argument("--driver", help="NVIDIA driver version installed on every node before the first boot")
+    up.add_argument("--secure-boot", action="store_true", help="nodes boot with UEFI Secure Boot on")
+    up.add_argument("--runfile", action="append", metavar="VERSION",
+                    help="also write DIR/runfiles/NVIDIA-Linux-x86_64-VERSION.run (615.71.09 always)")
+    up.add_argument("--api-only", type=int, default=0, metavar="N",
+                    help="N more Kubernetes nodes that exist only in the API twin (no SSH)")
+    up.add_argument("--cluster-name", default="gpulab")
+    up.add_argument("--boot-delay", type=float, default=2.0, help="seconds between shutdown and boot (default 2)")
+    up.add_argument("--mok-timeout", type=float, default=10.0,
+                    help="seconds MokManager waits at boot for `mok-confirm` when keys are staged (default 10)")
+    up.add_argument("--first-ip", type=int, default=11, metavar="N",
+                    help="first node address 127.0.1.N (default 11; busy addresses are skipped)")
+    up.add_argument("--nvidia-backend", default="gpulab.nvidia", help=argparse.SUPPRESS)
+    up.set_defaults(func=cmd_up)
+
+    status = sub.add_parser("status", parents=[common], help="nodes, their state and faults")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    fault = sub.add_parser("fault", parents=[common], help="break a node: reboot-hang, slow-boot, xid:N[:GPU], "
+                           "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, or a cluster fault")
+    fault.add_argument("node")
+    fault.add_argument("kind")
+    fault.set_defaults(func=cmd_fault)
+
+    clear = sub.add_parser("clear", parents=[common], help="clear one fault of a node, or all")
+    clear.add_argument("node")
+    clear.add_argument("kind", nargs="?")
+    clear.set_defaults(func=cmd_clear)
+
+    mok = sub.add_parser("mok-confirm", parents=[common], help="the operator at the console accepts the staged MOK key")
+    mok.add_argument("node")
+    mok.set_defaults(func=cmd_mok_confirm)
+
+    power = sub.add_parser("power", parents=[common], help="out-of-band power control (BMC): on, off, cycle")
+    power.add_argument("node")
+    power.add_argument("action", choices=("on", "off", "cycle"))
+    power.set_defaults(func=cmd_power)
+
+    down = sub.add_parser("down", parents=[common], help="stop everything and remove every mount, process and file")
+    down.add_argument("--keep-logs", action="store_true", help="keep events.jsonl and daemon.log")
+    down.set_defaults(func=cmd_down)
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if os.geteuid() != 0:
+        print("gpulab: needs root (namespaces, mounts)", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except CliError as error:
+        print("gpulab: %s" % error, file=sys.stderr)
+        return 1

@@ -1,0 +1,455 @@
+"""The lab daemon: one background supervisor per state dir; it owns every state change of the fleet twin.
+
+Started by ``gpulab up`` as ``python -m gpulab.daemon DIR`` (its own session, log ``DIR/daemon.log``), it reads
+the settings ``up`` left in ``DIR/lab.json``, creates and boots the nodes, starts the Kubernetes twin when
+``gpulab.kube.cluster`` imports, then serves JSON-lines requests on ``DIR/control.sock`` (status, fault,
+clear, mok-confirm, power, down) and watches the nodes' reboot requests until ``down``.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import traceback
+
+from gpulab import inventory, sshkeys
+from gpulab.events import EventLog
+from gpulab.node import CLUSTER_FAULTS, FaultError, Node, NodeView, nvidia_function, parse_fault, \
+    pid_namespace, pids_in_namespace, read_json, unmount_all_under, write_json
+
+LAB_FILE = "lab.json"
+CONTROL_SOCKET = "control.sock"
+DAEMON_LOG = "daemon.log"
+ALWAYS_RUNFILES = ("615.71.09",)
+IP_PREFIX = "127.0.1."
+IP_LOCK_NAME = b"\0gpulab-ip-allocation"   # abstract socket: a lock the kernel drops when its owner dies
+BOOT_WORKERS = 4
+POLL_S = 0.2
+
+
+def node_name(index: int) -> str:
+    return "gpu-node-%02d" % index
+
+
+def address_free(ip: str) -> bool:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((ip, 22))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def take_ip_lock(timeout_s: float = 120) -> socket.socket:
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            lock.bind(IP_LOCK_NAME)
+            return lock
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("another gpulab up holds the address lock for over %ds" % timeout_s)
+            time.sleep(0.2)
+
+
+def allocate_ips(count: int, first_host: int) -> list:
+    """``count`` consecutive free 127.0.1.N addresses, N from ``first_host`` on (another lab may hold some)."""
+    start = first_host
+    while start + count - 1 <= 254:
+        block = [IP_PREFIX + str(start + offset) for offset in range(count)]
+        busy = [ip for ip in block if not address_free(ip)]
+        if not busy:
+            return block
+        start = int(busy[-1].rsplit(".", 1)[1]) + 1
+    raise RuntimeError("no %d free consecutive addresses in %s%d-254" % (count, IP_PREFIX, first_host))
+
+
+def ip_hex(ip: str) -> str:
+    """127.0.1.11 as /proc/net/tcp writes it (little-endian hex)."""
+    return "".join("%02X" % int(part) for part in reversed(ip.split(".")))
+
+
+def ssh_clients_of(ips: list) -> list:
+    """PIDs of host ssh processes (ControlPersist masters included) with a TCP connection to one of ``ips``:22."""
+    wanted = {ip_hex(ip) + ":0016" for ip in ips}
+    inodes = set()
+    for table in ("/proc/net/tcp",):
+        with open(table) as stream:
+            next(stream)
+            for line in stream:
+                fields = line.split()
+                if fields[2] in wanted:
+                    inodes.add(fields[9])
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/comm" % entry) as stream:
+                if stream.read().strip() != "ssh":
+                    continue
+            links = [os.readlink("/proc/%s/fd/%s" % (entry, fd)) for fd in os.listdir("/proc/%s/fd" % entry)]
+        except OSError:
+            continue
+        if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_pids(pids: list, sig=signal.SIGTERM) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def kill_node_processes(state_dir: str) -> None:
+    """Every process of every node of this state dir (from node.json), whoever started it."""
+    own_namespace = pid_namespace(os.getpid())
+    nodes_dir = os.path.join(state_dir, "nodes")
+    for name in sorted(os.listdir(nodes_dir)) if os.path.isdir(nodes_dir) else []:
+        holder = (read_json(os.path.join(nodes_dir, name, "node.json")) or {}).get("holder_pid")
+        namespace = pid_namespace(holder) if holder else None
+        if namespace and namespace != own_namespace:
+            kill_pids(pids_in_namespace(namespace), signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while pids_in_namespace(namespace) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+
+def cleanup_state_dir(state_dir: str, keep_logs: bool = False) -> dict:
+    """Remove every process, mount and file a lab made in ``state_dir`` (also when its daemon is gone)."""
+    lab = read_json(os.path.join(state_dir, LAB_FILE)) or {}
+    kill_node_processes(state_dir)
+    ips = [node["ip"] for node in lab.get("nodes", [])]
+    if ips:
+        kill_pids(ssh_clients_of(ips))
+    left_mounts = unmount_all_under(state_dir)
+    keep = set(lab.get("preexisting", []))
+    if keep_logs:
+        keep |= {"events.jsonl", DAEMON_LOG}
+    if left_mounts:
+        return {"left_mounts": left_mounts}
+    if lab.get("created_dir") and not keep_logs:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    elif os.path.isdir(state_dir):
+        for entry in os.listdir(state_dir):
+            if entry not in keep:
+                path = os.path.join(state_dir, entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+    return {"left_mounts": []}
+
+
+class Lab:
+    def __init__(self, state_dir: str):
+        self.state_dir = os.path.abspath(state_dir)
+        self.lab_file = os.path.join(self.state_dir, LAB_FILE)
+        self.info = read_json(self.lab_file)
+        settings = self.info["settings"]
+        self.settings = settings
+        self.keys_dir = os.path.join(self.state_dir, "keys")
+        self.cache_dir = os.path.join(self.state_dir, "cache")
+        self.nvidia_backend = settings.get("nvidia_backend") or "gpulab.nvidia"
+        self.extra_pythonpath = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+        self.boot_delay_s = float(settings.get("boot_delay_s", 2.0))
+        self.mok_timeout_s = float(settings.get("mok_timeout_s", 10.0))
+        self.events = EventLog(self.state_dir)
+        self.nodes = []
+        self.by_name = {}
+        self.cluster = None
+        self.power_threads = {}
+        self.stopping = threading.Event()
+        self.server = None
+        self._log_lock = threading.Lock()
+        self._fake_paths = None
+
+    # ---- helpers ------------------------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        with self._log_lock:
+            sys.stderr.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), message))
+            sys.stderr.flush()
+
+    def save_info(self, **changes) -> None:
+        self.info.update(changes)
+        write_json(self.lab_file, self.info)
+
+    def fake_binary_paths(self) -> dict:
+        if self._fake_paths is None:
+            try:
+                self._fake_paths = dict(getattr(importlib.import_module(self.nvidia_backend),
+                                                "FAKE_BINARY_PATHS", {}) or {})
+            except ImportError:
+                self._fake_paths = {}
+        return self._fake_paths
+
+    def node(self, name: str) -> Node:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise FaultError("no node %r in this lab; nodes: %s" % (name, ", ".join(self.by_name)))
+
+    # ---- up -----------------------------------------------------------------------------------------------
+    def up(self) -> None:
+        started = time.monotonic()
+        self.events.emit("lab", "lab-starting", nodes=self.settings["nodes"])
+        for sub in ("keys", "cache", "runfiles", "nodes"):
+            os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
+        os.chmod(self.keys_dir, 0o700)
+        sshkeys.generate_key(sshkeys.client_key_path(self.keys_dir), "gpulab-operator")
+        lock = take_ip_lock()
+        try:
+            ips = allocate_ips(self.settings["nodes"], int(self.settings.get("first_ip_host", 11)))
+            specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
+                      "index": index, "driver": self.settings.get("driver")} for index, ip in enumerate(ips)]
+            self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
+            for spec in specs:
+                node = Node(self, spec)
+                node.create(bool(self.settings.get("secure_boot")))
+                self.nodes.append(node)
+                self.by_name[node.name] = node
+            paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"])
+            self.write_runfiles()
+            with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
+                results = list(pool.map(lambda node: node.boot(), self.nodes))
+        finally:
+            lock.close()
+        failed = [node.name for node, ok in zip(self.nodes, results) if not ok]
+        if failed:
+            raise RuntimeError("nodes did not come up: %s (see DIR/nodes/<name>/boot.log)" % ", ".join(failed))
+        nodes_s = round(time.monotonic() - started, 3)
+        self.start_cluster()
+        self.save_info(status="ready", inventory=paths["inventory"], ssh_config=paths["ssh_config"],
+                       nodes_up_s=nodes_s, up_s=round(time.monotonic() - started, 3))
+        self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
+
+    def write_runfiles(self) -> None:
+        versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])))
+        write = nvidia_function(self.nvidia_backend, "runfile.write_runfile", self.log)
+        written = []
+        if write is not None:
+            for version in versions:
+                written.append(write(version, os.path.join(self.state_dir, "runfiles"), self.cache_dir))
+        self.save_info(runfiles=written)
+
+    def start_cluster(self) -> None:
+        try:
+            module = importlib.import_module("gpulab.kube.cluster")
+            cluster_class = module.KubeCluster
+        except (ImportError, AttributeError) as error:
+            self.log("Kubernetes twin not started: gpulab.kube.cluster.KubeCluster unavailable (%s)" % error)
+            self.save_info(kube=None)
+            return
+        views = [NodeView(node) for node in self.nodes]
+        self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0))
+        self.cluster.start()
+        url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
+        self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})
+        self.events.emit("lab", "kube-up", api_url=url)
+
+    # ---- supervision ----------------------------------------------------------------------------------------
+    def supervise(self) -> None:
+        while not self.stopping.is_set():
+            for node in self.nodes:
+                request = node.take_control_request()
+                if request is not None:
+                    self.start_power_action(node, request)
+                elif node.status == "up" and not node.is_running() and not self.busy(node):
+                    self.events.emit(node.name, "crashed", pid=node.holder_pid)
+                    node.holder_pid = None
+                    node.process = None
+                    node.set_status("down", reason="crashed")
+            self.stopping.wait(POLL_S)
+
+    def busy(self, node: Node) -> bool:
+        thread = self.power_threads.get(node.name)
+        return thread is not None and thread.is_alive()
+
+    def start_power_action(self, node: Node, request: dict) -> None:
+        if self.busy(node):
+            self.log("%s: ignoring %s while a power action runs" % (node.name, request))
+            return
+        self.events.emit(node.name, "power-request", **request)
+        thread = threading.Thread(target=self._guarded, args=(self.power_action, node, request), daemon=True)
+        self.power_threads[node.name] = thread
+        thread.start()
+
+    def _guarded(self, function, *args) -> None:
+        try:
+            function(*args)
+        except Exception:
+            self.log(traceback.format_exc())
+
+    def power_action(self, node: Node, request: dict) -> None:
+        # the ssh command that asked for the reboot must get its answer before sshd dies
+        if request.get("source") != "host":
+            time.sleep(1.0)
+        node.shutdown(reason="%s (%s)" % (request.get("action"), request.get("program", "lab")))
+        if request.get("action") == "poweroff":
+            node.set_status("off")
+            return
+        self.boot_after_delay(node)
+
+    def boot_after_delay(self, node: Node) -> None:
+        if "reboot-hang" in node.faults:
+            node.set_status("hung", reason="fault reboot-hang")
+            return
+        delay_s = self.boot_delay_s * (10 if "slow-boot" in node.faults else 1)
+        if self.stopping.wait(delay_s):
+            return
+        if "reboot-hang" in node.faults:
+            node.set_status("hung", reason="fault reboot-hang")
+            return
+        node.boot()
+
+    def schedule_boot(self, node: Node, delay_s: float = 0) -> None:
+        def run():
+            if delay_s:
+                self.stopping.wait(delay_s)
+            if not self.stopping.is_set():
+                node.boot()
+        thread = threading.Thread(target=self._guarded, args=(run,), daemon=True)
+        self.power_threads[node.name] = thread
+        thread.start()
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        if op == "status":
+            return {"ok": True, "lab": self.status()}
+        if op == "fault":
+            return self.fault(request["node"], request["kind"])
+        if op == "clear":
+            return self.clear(request["node"], request.get("kind"))
+        if op == "mok-confirm":
+            return {"ok": True, "message": self.node(request["node"]).mok_confirm()}
+        if op == "power":
+            return self.power(request["node"], request["action"])
+        if op == "down":
+            threading.Thread(target=self.down, args=(bool(request.get("keep_logs")),), daemon=True).start()
+            return {"ok": True, "message": "stopping"}
+        return {"ok": False, "error": "unknown op %r" % op}
+
+    def status(self) -> dict:
+        return {"name": self.settings["cluster_name"], "state_dir": self.state_dir,
+                "status": self.info.get("status"), "daemon_pid": os.getpid(),
+                "kube": self.info.get("kube"), "nodes": [node.summary() for node in self.nodes],
+                "inventory": self.info.get("inventory"), "ssh_config": self.info.get("ssh_config")}
+
+    def fault(self, name: str, kind: str) -> dict:
+        node = self.node(name)
+        parsed = parse_fault(kind)
+        if parsed[0] == "cluster":
+            if self.cluster is None:
+                return {"ok": False, "error": "fault %s needs the Kubernetes twin, which is not running" % kind}
+            self.cluster.apply_fault(name, kind)
+            self.events.emit(name, "fault", fault=kind, scope="cluster")
+            return {"ok": True, "fault": kind}
+        return {"ok": True, "fault": kind, "details": node.apply_fault(kind)}
+
+    def clear(self, name: str, kind) -> dict:
+        node = self.node(name)
+        cleared = []
+        cluster_kinds = [kind] if kind in CLUSTER_FAULTS else (list(CLUSTER_FAULTS) if kind is None else [])
+        if kind is not None:
+            parse_fault(kind)
+        if self.cluster is not None:
+            for one in cluster_kinds:
+                self.cluster.clear_fault(name, one)
+                if kind is not None:
+                    self.events.emit(name, "clear", fault=one, scope="cluster")
+                    cleared.append(one)
+        if kind not in CLUSTER_FAULTS:
+            cleared += node.clear_fault(kind)
+        return {"ok": True, "cleared": cleared}
+
+    def power(self, name: str, action: str) -> dict:
+        """Out-of-band power control, as a BMC would: cycle (reboot), off, on."""
+        node = self.node(name)
+        if action == "on":
+            if node.holder_pid:
+                return {"ok": False, "error": "node %s is already on" % name}
+            self.schedule_boot(node)
+        elif action in ("cycle", "off"):
+            self.start_power_action(node, {"action": "reboot" if action == "cycle" else "poweroff",
+                                           "program": "bmc", "source": "host"})
+        else:
+            return {"ok": False, "error": "power action must be on, off or cycle"}
+        return {"ok": True}
+
+    # ---- down -----------------------------------------------------------------------------------------------
+    def down(self, keep_logs: bool = False) -> None:
+        self.stopping.set()
+        self.events.emit("lab", "lab-stopping")
+        if self.cluster is not None:
+            try:
+                self.cluster.stop()
+            except Exception:
+                self.log("kube twin stop failed:\n" + traceback.format_exc())
+        for node in self.nodes:
+            node.shutdown(reason="lab down")
+        self.events.emit("lab", "lab-down")
+        if self.server is not None:
+            threading.Thread(target=self.server.shutdown, daemon=True).start()
+        cleanup_state_dir(self.state_dir, keep_logs=keep_logs)
+        os._exit(0)
+
+
+class ControlHandler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        for line in self.rfile:
+            try:
+                response = self.server.lab.handle(json.loads(line))
+            except (FaultError, KeyError, ValueError) as error:
+                response = {"ok": False, "error": str(error)}
+            except Exception as error:
+                self.server.lab.log(traceback.format_exc())
+                response = {"ok": False, "error": "%s: %s" % (type(error).__name__, error)}
+            self.wfile.write((json.dumps(response) + "\n").encode())
+            self.wfile.flush()
+
+
+class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def serve(state_dir: str) -> int:
+    lab = Lab(state_dir)
+    lab.save_info(daemon_pid=os.getpid(), status="starting")
+    socket_path = os.path.join(lab.state_dir, CONTROL_SOCKET)
+    if os.path.exists(socket_path):
+        os.unlink(socket_path)
+    server = ControlServer(socket_path, ControlHandler)
+    server.lab = lab
+    lab.server = server
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=lab.down, daemon=True).start())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        lab.up()
+    except Exception as error:
+        lab.log(traceback.format_exc())
+        lab.save_info(status="failed", error="%s: %s" % (type(error).__name__, error))
+        lab.events.emit("lab", "lab-failed", error=str(error))
+        # stay reachable so `gpulab status` shows why and `gpulab down` cleans up
+    threading.Thread(target=lab._guarded, args=(lab.supervise,), daemon=True).start()
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1]))

@@ -1,0 +1,383 @@
+"""Boot of one node twin, run as PID 1 of the node's new PID, mount and UTS namespaces.
+
+``node.py`` starts ``unshare --mount --uts --pid --fork --propagation private python -m gpulab.nsinit REQ``
+where REQ is ``nodes/<name>/boot-request.json``. This process sets the hostname, mounts the overlay of ``/``
+(upper dir on the node's tmpfs), lets the NVIDIA layer decide the boot state, mounts the views (``/proc``,
+``/sys``, ``/dev`` and the fake NVIDIA files) at their real paths, installs the fake ``reboot``/``shutdown``
+and NVIDIA tools, chroots, starts ``sshd`` and reports one JSON line on stdout. It then execs a tiny reaper
+that stays PID 1: killing it ends every process of the node and, with them, every mount of the namespace.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+
+SSHD_DIR = "/run/sshd-gpulab"
+CONTROL_DIR = "/run/gpulab-control"
+
+# PID 1 of the node once setup is done: reaps orphans; SIGTERM ends the node (kill(-1) = all of the namespace).
+REAPER = r"""
+import os, signal, time
+def stop(*_):
+    try:
+        os.kill(-1, signal.SIGKILL)
+    finally:
+        os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(1)
+    except InterruptedError:
+        pass
+"""
+
+POWER_SCRIPT = r"""#!/bin/sh
+# gpulab node twin: asks the lab to %(default)s this node (the lab daemon stops sshd and every process of
+# the node, waits the boot delay and boots it again). Installed at each boot by gpulab.nsinit.
+action=%(default)s
+when=now
+for arg in "$@"; do
+    case "$arg" in
+        -r|--reboot) action=reboot ;;
+        -h|-H|-P|-p|--poweroff|--halt) action=poweroff ;;
+        -c) echo "No scheduled shutdown to cancel (gpulab twin runs them immediately)."; exit 0 ;;
+        -k) echo "Wall message only (gpulab twin)."; exit 0 ;;
+        now|+*|[0-9]*) when="$arg" ;;
+    esac
+done
+mkdir -p %(control)s
+printf '{"action": "%%s", "when": "%%s", "program": "%%s"}\n' "$action" "$when" "$(basename "$0")" \
+    > %(control)s/request.tmp && mv %(control)s/request.tmp %(control)s/request
+echo "System is going down for $action."
+exit 0
+"""
+
+FAKE_WRAPPER = """#!/bin/sh
+# gpulab node twin: fake %(name)s from lab/gpulab/nvidia/bin/%(name)s (installed at each boot by gpulab.nsinit)
+exec %(command)s "$@"
+"""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount(source: str, target: str, fstype: str = None, flags: int = 0, data: str = None) -> None:
+    result = _libc.mount(source.encode() if source else None, target.encode(),
+                         fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                         data.encode() if data else None)
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, "mount %s on %s (%s, %s): %s" % (source, target, fstype, data, os.strerror(errno)))
+
+
+def bind(source: str, target: str, read_only: bool = False) -> None:
+    mount(source, target, None, MS_BIND)
+    if read_only:
+        mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def host_pid() -> int:
+    """Our PID as the host sees it (read before /proc is replaced by the node's own)."""
+    with open("/proc/self/status") as stream:
+        for line in stream:
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    raise RuntimeError("no NSpid in /proc/self/status")
+
+
+def in_root(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def write_file(path: str, text: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.islink(path):
+        os.unlink(path)
+    with open(path, "w") as stream:
+        stream.write(text)
+    os.chmod(path, mode)
+
+
+def mount_overlay(req: dict) -> str:
+    tmpfs = req["tmpfs_dir"]
+    for sub in ("upper", "work"):
+        os.makedirs(os.path.join(tmpfs, sub), exist_ok=True)
+    merged = req["merged_dir"]
+    mount("overlay", merged, "overlay", 0,
+          "lowerdir=/,upperdir=%s/upper,workdir=%s/work" % (tmpfs, tmpfs))
+    return merged
+
+
+def call_nvidia(backend: str, dotted: str, *args, **kwargs):
+    """backend.<module>.<function>(...) or None when the NVIDIA layer does not provide it yet."""
+    module_name, function_name = dotted.rsplit(".", 1)
+    try:
+        module = importlib.import_module("%s.%s" % (backend, module_name))
+    except ImportError as error:
+        log("NVIDIA layer: %s.%s not importable (%s): fallback" % (backend, module_name, error))
+        return None
+    function = getattr(module, function_name, None)
+    if function is None:
+        log("NVIDIA layer: %s.%s.%s missing: fallback" % (backend, module_name, function_name))
+        return None
+    return function(*args, **kwargs)
+
+
+def empty_boot_state() -> dict:
+    return {"module_loaded": False, "kernel_driver_version": None, "files": {}, "pci_devices": [],
+            "dev_nodes": [], "modules": [], "kmsg": []}
+
+
+def compute_state(req: dict, merged: str) -> dict:
+    backend = req["nvidia_backend"]
+    if req.get("preinstall_driver"):
+        call_nvidia(backend, "installer.preinstall", merged, req["preinstall_driver"], req["cache_dir"])
+    state = call_nvidia(backend, "boot.compute_boot_state", root=merged, hw=req["hw"], efi=req["efi"],
+                        faults=req["faults"])
+    result = empty_boot_state()
+    if state:
+        result.update(state)
+    return result
+
+
+def kernel_log(req: dict, state: dict) -> list:
+    """This boot's kernel log: a few generic lines, then what the NVIDIA layer logged at module load."""
+    messages = ["Linux version %s (gpulab node twin %s)" % (os.uname().release, req["name"]),
+                "Command line: BOOT_IMAGE=/boot/vmlinuz-%s root=/dev/vda ro quiet" % os.uname().release]
+    if req["efi"] is not None:
+        messages.append("secureboot: Secure boot %s" % ("enabled" if req["efi"].get("secure_boot") else "disabled"))
+    messages += list(state.get("kmsg") or [])
+    return ["[%12.6f] %s" % (0.5 + index * 0.0137, message) for index, message in enumerate(messages)]
+
+
+def publish_run_files(req: dict, state: dict) -> None:
+    """The node's read-only /run/gpulab (host side: nodes/<name>/run/), rewritten at each boot."""
+    run_dir = req["run_dir"]
+    with open(os.path.join(run_dir, "boot.json"), "w") as stream:
+        json.dump({"boot_id": req["boot_id"], "booted_at": time.time(), "state": state, "faults": req["faults"]},
+                  stream, indent=1, sort_keys=True)
+    with open(os.path.join(run_dir, "modules.json"), "w") as stream:
+        json.dump(state.get("modules") or [], stream, indent=1)
+    with open(os.path.join(run_dir, "kmsg"), "w") as stream:
+        stream.write("".join(line + "\n" for line in kernel_log(req, state)))
+    with open(os.path.join(run_dir, "boot_id"), "w") as stream:
+        stream.write(req["boot_id"] + "\n")
+
+
+def make_dev(merged: str, dev_nodes: list) -> None:
+    dev = in_root(merged, "/dev")
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=755,size=1m")
+    for name, major, minor, mode in (("null", 1, 3, 0o666), ("zero", 1, 5, 0o666), ("full", 1, 7, 0o666),
+                                     ("random", 1, 8, 0o666), ("urandom", 1, 9, 0o666), ("tty", 5, 0, 0o666)):
+        os.mknod(os.path.join(dev, name), mode | 0o020000, os.makedev(major, minor))
+        os.chmod(os.path.join(dev, name), mode)
+    for path, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
+        os.symlink(target, os.path.join(dev, path))
+    for sub in ("pts", "shm"):
+        os.mkdir(os.path.join(dev, sub))
+    mount("devpts", os.path.join(dev, "pts"), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    mount("tmpfs", os.path.join(dev, "shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    make_nvidia_dev_nodes(merged, dev_nodes)
+
+
+def make_nvidia_dev_nodes(root: str, dev_nodes: list) -> None:
+    for node in dev_nodes:
+        path = in_root(root, node["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.mknod(path, 0o666 | 0o020000, os.makedev(int(node["major"]), int(node["minor"])))
+        os.chmod(path, 0o666)
+
+
+def make_pci_devices(root: str, pci_devices: list) -> None:
+    """NVIDIA functions (and the host bridge every machine has) as /sys/bus/pci/devices/<address>/ entries."""
+    base = in_root(root, "/sys/bus/pci/devices")
+    host_bridge = {"address": "0000:00:00.0", "vendor": "0x8086", "device": "0x09a2", "class": "0x060000",
+                   "driver": None}
+    for device in [host_bridge] + list(pci_devices):
+        path = os.path.join(base, device["address"])
+        os.makedirs(path, exist_ok=True)
+        for key in ("vendor", "device", "class"):
+            with open(os.path.join(path, key), "w") as stream:
+                stream.write(device[key] + "\n")
+        for key in ("subsystem_vendor", "subsystem_device"):
+            if device.get(key):
+                with open(os.path.join(path, key), "w") as stream:
+                    stream.write(device[key] + "\n")
+        if device.get("driver"):
+            os.symlink("../../../../bus/pci/drivers/%s" % device["driver"], os.path.join(path, "driver"))
+
+
+def mount_views(req: dict, merged: str, state: dict) -> None:
+    mount("proc", in_root(merged, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    bind(os.path.join(req["run_dir"], "boot_id"), in_root(merged, "/proc/sys/kernel/random/boot_id"), True)
+    mount("tmpfs", in_root(merged, "/proc/driver"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=4m")
+    mount("sysfs", in_root(merged, "/sys"), "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for view in ("/sys/module", "/sys/bus/pci/devices"):
+        mount("tmpfs", in_root(merged, view), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=4m")
+    # sysfs has no efi/ here (the host boots without EFI) and no directory can be made in sysfs: the node gets
+    # a /sys/firmware of its own, with efi/efivars only when its hardware profile has EFI.
+    firmware_dir = in_root(merged, "/sys/firmware")
+    mount("tmpfs", firmware_dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+    os.makedirs(os.path.join(firmware_dir, "acpi"))
+    if req["efi"] is not None:
+        os.makedirs(os.path.join(firmware_dir, "efi", "efivars"))
+    make_pci_devices(merged, state.get("pci_devices") or [])
+    make_dev(merged, state.get("dev_nodes") or [])
+    mount("tmpfs", in_root(merged, "/run"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64m")
+    mount("tmpfs", in_root(merged, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
+    for source, target, read_only in ((req["run_dir"], "/run/gpulab", True),
+                                      (req["firmware_dir"], "/run/gpulab-firmware", False),
+                                      (req["control_dir"], CONTROL_DIR, False),
+                                      (req["lab_dir"], "/opt/gpulab/lib", True),
+                                      (req["cache_dir"], "/opt/gpulab/cache", True)):
+        os.makedirs(in_root(merged, target), exist_ok=True)
+        bind(source, in_root(merged, target), read_only)
+    os.makedirs(in_root(merged, "/run/sshd"), mode=0o755, exist_ok=True)
+    for path, text in sorted((state.get("files") or {}).items()):
+        write_file(in_root(merged, path), text)
+
+
+def write_identity(req: dict, merged: str) -> None:
+    """hostname, /etc/hosts and a machine-id of its own, on the node's disk as on a real host."""
+    write_file(in_root(merged, "/etc/hostname"), req["name"] + "\n")
+    write_file(in_root(merged, "/etc/hosts"),
+               "127.0.0.1\tlocalhost\n%s\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % (req["ip"], req["name"]))
+    write_file(in_root(merged, "/etc/machine-id"), req["machine_id"] + "\n", 0o444)
+
+
+def install_power_commands(merged: str) -> None:
+    for name, default in (("reboot", "reboot"), ("shutdown", "poweroff"), ("poweroff", "poweroff"),
+                          ("halt", "poweroff")):
+        write_file(in_root(merged, "/usr/sbin/" + name),
+                   POWER_SCRIPT % {"default": default, "control": CONTROL_DIR}, 0o755)
+
+
+def fake_binary_targets(req: dict, merged: str, name: str) -> list:
+    explicit = (req.get("fake_binary_paths") or {}).get(name)
+    if explicit:
+        return list(explicit)
+    if os.path.lexists(in_root(merged, "/usr/sbin/" + name)):
+        return ["/usr/sbin/" + name]
+    return ["/usr/bin/" + name]
+
+
+def install_fake_binaries(req: dict, merged: str) -> None:
+    bin_dir = os.path.join(req["lab_dir"], "gpulab", "nvidia", "bin")
+    if not os.path.isdir(bin_dir):
+        return
+    for name in sorted(os.listdir(bin_dir)):
+        source = os.path.join(bin_dir, name)
+        if not os.path.isfile(source) or name.startswith((".", "_")) or name.endswith((".py", ".pyc", ".md")):
+            continue
+        with open(source, "rb") as stream:
+            first_line = stream.readline()
+        in_node = "/opt/gpulab/lib/gpulab/nvidia/bin/" + name
+        if first_line.startswith(b"#!") and b"python" not in first_line:
+            command = in_node
+        else:
+            command = "env PYTHONPATH=/opt/gpulab/lib /usr/bin/python3 " + in_node
+        for target in fake_binary_targets(req, merged, name):
+            write_file(in_root(merged, target), FAKE_WRAPPER % {"name": name, "command": command}, 0o755)
+
+
+def sshd_config_text(req: dict) -> str:
+    return "\n".join([
+        "# gpulab node twin %s: sshd of this node (written at each boot by gpulab.nsinit)" % req["name"],
+        "ListenAddress %s:22" % req["ip"],
+        "HostKey %s/ssh_host_ed25519_key" % SSHD_DIR,
+        "AuthorizedKeysFile %s/authorized_keys .ssh/authorized_keys" % SSHD_DIR,
+        "PidFile %s/sshd.pid" % SSHD_DIR,
+        "PermitRootLogin prohibit-password",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        "UseDNS no",
+        "PrintMotd no",
+        "AcceptEnv LANG LC_*",
+        "MaxStartups 64:30:128",
+        "MaxSessions 64",
+        "Subsystem sftp internal-sftp",
+        ""])
+
+
+def prepare_sshd(req: dict, merged: str) -> None:
+    sshd_dir = in_root(merged, SSHD_DIR)
+    os.makedirs(sshd_dir, mode=0o700, exist_ok=True)
+    shutil.copyfile(req["host_key"], os.path.join(sshd_dir, "ssh_host_ed25519_key"))
+    os.chmod(os.path.join(sshd_dir, "ssh_host_ed25519_key"), 0o600)
+    shutil.copyfile(req["host_key"] + ".pub", os.path.join(sshd_dir, "ssh_host_ed25519_key.pub"))
+    write_file(os.path.join(sshd_dir, "authorized_keys"), req["authorized_key"] + "\n", 0o600)
+    write_file(os.path.join(sshd_dir, "sshd_config"), sshd_config_text(req), 0o600)
+
+
+def start_sshd() -> None:
+    """Daemonized sshd (its parent exits once the listen socket is bound); it becomes a child of PID 1."""
+    subprocess.run(["/usr/sbin/sshd", "-f", SSHD_DIR + "/sshd_config", "-E", SSHD_DIR + "/sshd.log"],
+                   check=True, stdin=subprocess.DEVNULL)
+
+
+def log(message: str) -> None:
+    sys.stderr.write("%s nsinit: %s\n" % (time.strftime("%H:%M:%S"), message))
+    sys.stderr.flush()
+
+
+def boot(req: dict) -> dict:
+    started = time.monotonic()
+    pid = host_pid()
+    socket.sethostname(req["name"])
+    merged = mount_overlay(req)
+    state = compute_state(req, merged)
+    publish_run_files(req, state)
+    mount_views(req, merged, state)
+    write_identity(req, merged)
+    install_power_commands(merged)
+    install_fake_binaries(req, merged)
+    prepare_sshd(req, merged)
+    os.chroot(merged)
+    os.chdir("/")
+    if req["start_sshd"]:
+        start_sshd()
+    return {"ok": True, "host_pid": pid, "setup_s": round(time.monotonic() - started, 3),
+            "module_loaded": bool(state.get("module_loaded")),
+            "kernel_driver_version": state.get("kernel_driver_version")}
+
+
+def main(argv: list) -> int:
+    with open(argv[1]) as stream:
+        req = json.load(stream)
+    try:
+        result = boot(req)
+    except Exception as error:
+        log(traceback.format_exc())
+        sys.stdout.write(json.dumps({"ok": False, "error": "%s: %s" % (type(error).__name__, error)}) + "\n")
+        sys.stdout.flush()
+        return 1
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.execv("/usr/bin/python3", ["gpulab-init", "-S", "-c", REAPER])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
