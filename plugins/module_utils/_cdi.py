@@ -402,6 +402,11 @@ def _semantic_errors(spec):
     return errors
 
 
+def _already_reported(path, reported):
+    """True when the schema already flagged path itself or something inside it."""
+    return any(other == path or other.startswith(path + ".") or other.startswith(path + "[") for other in reported)
+
+
 def validate_spec(spec):
     """Return every reason (field path first) why CDI readers would reject spec; [] when it is valid.
 
@@ -412,8 +417,9 @@ def validate_spec(spec):
     if not isinstance(spec, dict):
         return ["(root): a CDI spec must be a mapping, got %s" % type(spec).__name__]
     schema_errors = _schema_errors(spec)
-    reported = set(path for path, _message in schema_errors)
-    shape_errors = schema_errors + [error for error in _strict_errors(spec, "Spec", []) if error[0] not in reported]
+    reported = [path for path, _message in schema_errors]
+    shape_errors = schema_errors + [error for error in _strict_errors(spec, "Spec", [])
+                                    if not _already_reported(error[0], reported)]
     if shape_errors:
         return ["%s: %s" % error for error in shape_errors]
     return _semantic_errors(spec)
