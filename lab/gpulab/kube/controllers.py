@@ -165,13 +165,13 @@ class Informer:
 class ControllerManager:
     """Runs every controller, the scheduler and the kubelets' sync on one thread."""
 
-    def __init__(self, store, kubelets=(), tick_s: float = 0.5, clock=time.time, extra_sync=None):
+    def __init__(self, store, kubelets=(), tick_s: float = 0.5, clock=time.time, api_only=None):
         self.store = store
         self.informer = Informer(store)
         self.kubelets = list(kubelets)
         self.tick_s = tick_s
         self.clock = clock
-        self.extra_sync = extra_sync        # callable(now) run each pass (api-only heartbeats)
+        self.api_only = api_only            # apionly.ApiOnlyFleet or None
         self._stop = threading.Event()
         self._thread = None
         self._pass_lock = threading.Lock()
@@ -183,8 +183,18 @@ class ControllerManager:
         self.informer.start()
         self.ensure_default_namespaces()
         if background:
-            self._thread = threading.Thread(target=self._loop, name="gpulab-kube-controllers", daemon=True)
-            self._thread.start()
+            self.start_thread()
+
+    def start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="gpulab-kube-controllers", daemon=True)
+        self._thread.start()
+
+    def pass_lock(self):
+        """Held by every pass; hold it to change kubelet state from another thread."""
+        return self._pass_lock
+
+    def wake(self) -> None:
+        self.informer.changed.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -212,8 +222,8 @@ class ControllerManager:
             self.sync_node_taints(now)
             for kubelet in self.kubelets:
                 kubelet.sync_node(now)
-            if self.extra_sync is not None:
-                self.extra_sync(now)
+            if self.api_only is not None:
+                self.api_only.sync(now)
             self.sync_deployments()
             self.sync_replicasets()
             self.sync_daemonsets()
@@ -221,6 +231,8 @@ class ControllerManager:
             pods_by_node = scheduler.pods_by_node_name(self.informer.items("pods"))
             for kubelet in self.kubelets:
                 kubelet.sync_pods(pods_by_node.get(kubelet.name, []), now)
+            if self.api_only is not None:
+                self.api_only.sync_pods(pods_by_node, now)
             self.evict_for_noexecute_taints(now)
 
     def settle(self, passes: int = 6) -> None:

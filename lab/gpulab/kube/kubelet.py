@@ -118,6 +118,7 @@ class Kubelet:
         self._last_status_write = 0.0
         self._last_lease_renew = 0.0
         self._registered = None          # resource name -> count the plugin registered; None = not registered
+        self._registered_by = None       # uid of the plugin pod that registered
         self._capacity_extended = {}     # kubelet checkpoint: extended resources seen registered
         self._stale_plugin_uid = None    # plugin pod that will not re-register (stale-device-plugin)
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
@@ -347,7 +348,7 @@ class Kubelet:
         self._runtime.pop(uid, None)
         if self._stale_plugin_uid == uid:
             self._stale_plugin_uid = None
-        if deviceplugin.is_device_plugin_pod(pod):
+        if deviceplugin.is_device_plugin_pod(pod) and self._registered_by == uid:
             self._registered = None
         self.client.delete("pods", pod, grace_period_seconds=0)
         self.logs.drop(meta(pod).get("namespace"), meta(pod)["name"])
@@ -504,6 +505,7 @@ class Kubelet:
         else:
             self._registered = deviceplugin.extended_resources(gpus, self.config.mig_strategy)
             self._capacity_extended.update(self._registered)
+        self._registered_by = meta(pod).get("uid")
         self.logs.append(meta(pod).get("namespace"), meta(pod)["name"],
                          deviceplugin.startup_log(self._registered or {deviceplugin.GPU_RESOURCE: 0}, now))
 
@@ -519,6 +521,7 @@ class Kubelet:
         self.logs.append(meta(plugin).get("namespace"), meta(plugin)["name"],
                          deviceplugin.kubelet_restart_log(resources or {deviceplugin.GPU_RESOURCE: 0}, now))
         self._registered = resources
+        self._registered_by = meta(plugin).get("uid")
         self._capacity_extended.update(resources)
 
 
