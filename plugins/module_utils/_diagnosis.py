@@ -137,8 +137,8 @@ def check_unbound_gpus(facts):
 def check_device_nodes(facts):
     if not (facts.get("kernel_module") or {}).get("loaded"):
         return []
-    paths = [node.get("path") for node in facts.get("device_nodes") or []]
-    if "/dev/nvidiactl" in paths:
+    paths = [node.get("path") or "" for node in facts.get("device_nodes") or []]
+    if any(path.rsplit("/", 1)[-1] == "nvidiactl" for path in paths):
         return []
     return [entry(
         1, "device_nodes_missing", "error",
@@ -376,10 +376,10 @@ def check_xids(facts):
                                           key=lambda item: (item[0][0], item[0][1] or "")):
         catalog = XID_CATALOG.get(code) or {}
         last = events[-1]
-        when = (" last at %s" % last["time"]) if last.get("time") else ""
+        when = (", last at %s" % last["time"]) if last.get("time") else ""
         entries.append(entry(
             XID_LAYER_OVERRIDES.get(code, 2), "xid_%s" % code, xid_severity(code),
-            "Xid %s (%s) on %s, %d time(s) this boot%s: %s" % (
+            "Xid %s (%s) on %s, %d time(s) in the kernel log%s: %s" % (
                 code, catalog.get("name") or "unknown Xid", address or "unknown GPU", len(events), when,
                 last.get("message")),
             catalog.get("remedy") or "Look up Xid %s in NVIDIA's Xid catalog and 'dmesg | grep NVRM'." % code,
