@@ -151,8 +151,13 @@ def _line_time(prefix):
 
 
 def _is_continuation(line):
-    """dmesg prints the further lines of one multi-line kernel message indented and without a timestamp."""
-    return line[:1] in (" ", "\t") and _MONOTONIC_RE.match(line.strip()) is None
+    """dmesg prints the further lines of one multi-line kernel message indented and without a timestamp.
+
+    An indented line that holds an Xid of its own (a log pasted with indentation) still starts a record.
+    """
+    if line[:1] not in (" ", "\t"):
+        return False
+    return _MONOTONIC_RE.match(line.strip()) is None and _XID_RE.search(line) is None
 
 
 def _records(text):
@@ -223,18 +228,46 @@ def _fallen_off_bus_event(head, continuation, pending_address):
 
 
 def _bus_key(pci_address):
-    """Compare "0000:b3:00" (Xid form) with "0000:b3:00.0" (PCI form): domain:bus:device, lower case."""
+    """Compare "0000:b3:00" (Xid form) with "0000:b3:00.0" (PCI form): 4-digit domain:bus:device, lower case."""
     if not pci_address:
         return None
-    return pci_address.split(".")[0].lower()[-10:]
+    domain, bus, device = pci_address.split(".")[0].lower().split(":")
+    return "%s:%s:%s" % (domain[-4:], bus, device)
 
 
-def _drop_duplicate_falls(events, synthetic_ids):
-    """Drop synthetic code-79 events for a GPU that also has a real Xid 79 in the same log."""
-    real_79_buses = set(_bus_key(event["pci_address"]) for event in events
-                        if event["code"] == 79 and id(event) not in synthetic_ids)
-    return [event for event in events
-            if id(event) not in synthetic_ids or _bus_key(event["pci_address"]) not in real_79_buses]
+class _FallenOffBusWatcher:
+    """Turns the driver's "fallen off the bus" message (no Xid number) into a code-79 event.
+
+    Remembers the address of a recent "NVRM: The NVIDIA GPU <addr>" line for logs (syslog) that store
+    each line of that 3-line message as a record of its own.
+    """
+
+    def __init__(self):
+        self.pending_address = None
+        self.records_since_address = 0
+
+    def observe(self, head, continuation):
+        """The code-79 event this non-Xid record completes, or None."""
+        self.records_since_address += 1
+        head_match = _FALLEN_HEAD_RE.search(head)
+        if head_match:
+            self.pending_address, self.records_since_address = head_match.group("pci"), 0
+        if self.records_since_address > _FALLEN_MESSAGE_LINES:
+            self.pending_address = None
+        if not _FALLEN_RE.search(" ".join([head] + continuation)):
+            return None
+        event = _fallen_off_bus_event(head, continuation, self.pending_address)
+        self.pending_address = None
+        return event
+
+
+def _without_duplicate_falls(found):
+    """Events of ``found`` ((event, from_xid_line) pairs), dropping a fallen-off-bus message for a GPU that
+    also has a real Xid 79 line in the same log."""
+    real_79_buses = set(_bus_key(event["pci_address"]) for event, from_xid_line in found
+                        if from_xid_line and event["code"] == 79)
+    return [event for event, from_xid_line in found
+            if from_xid_line or _bus_key(event["pci_address"]) not in real_79_buses]
 
 
 def parse_kernel_log(text):
@@ -256,24 +289,14 @@ def parse_kernel_log(text):
     Lines that merely abbreviate an Xid by hand ("Xid 31 PCI:0000:f0:00 ...", no "NVRM: Xid (...)") are
     not kernel output and are not reported.
     """
-    events = []
-    synthetic_ids = set()
-    pending_address = None
-    records_since_address = 0
+    found = []
+    fall_watcher = _FallenOffBusWatcher()
     for head, continuation in _records(text):
         xid_match = _XID_RE.search(head)
         if xid_match:
-            events.append(_xid_event(head, continuation, xid_match))
+            found.append((_xid_event(head, continuation, xid_match), True))
             continue
-        records_since_address += 1
-        head_match = _FALLEN_HEAD_RE.search(head)
-        if head_match:
-            pending_address, records_since_address = head_match.group("pci"), 0
-        if records_since_address > _FALLEN_MESSAGE_LINES:
-            pending_address = None
-        if _FALLEN_RE.search(" ".join([head] + continuation)):
-            event = _fallen_off_bus_event(head, continuation, pending_address)
-            events.append(event)
-            synthetic_ids.add(id(event))
-            pending_address = None
-    return _drop_duplicate_falls(events, synthetic_ids)
+        fall_event = fall_watcher.observe(head, continuation)
+        if fall_event is not None:
+            found.append((fall_event, False))
+    return _without_duplicate_falls(found)

@@ -217,6 +217,12 @@ def test_fallen_off_bus_words_outside_driver_lines_are_not_events():
     assert parse_kernel_log("my-app[123]: retrying, the GPU has fallen off the bus again?\n") == []
 
 
+def test_indented_xid_lines_are_events_of_their_own_not_continuations():
+    text = ("    NVRM: Xid (PCI:0000:18:00): 48, pid=12, name=python3, An uncorrectable double bit error (DBE)\n"
+            "    NVRM: Xid (PCI:0000:18:00): 63, pid=12, name=python3, Row Remapper: New row marked for remapping\n")
+    assert [event["code"] for event in parse_kernel_log(text)] == [48, 63]
+
+
 def test_xid_line_without_message_still_yields_its_code():
     assert summary(parse_kernel_log("NVRM: Xid (PCI:0000:18:00): 79\n")) == [(79, "0000:18:00", None, None, None)]
 
