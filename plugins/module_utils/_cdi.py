@@ -285,8 +285,8 @@ def _device_node_errors(node, path):
 def _hook_errors(hook, path):
     errors = []
     if hook.get("hookName") not in HOOK_NAMES:
-        errors.append("%s: %r is not a hook name (%s)" % (format_path(path + ["hookName"]), hook.get("hookName"),
-                                                         ", ".join(HOOK_NAMES)))
+        errors.append("%s: %r is not a hook name (%s)"
+                      % (format_path(path + ["hookName"]), hook.get("hookName"), ", ".join(HOOK_NAMES)))
     if not hook.get("path"):
         errors.append("%s: must not be empty" % format_path(path + ["path"]))
     errors.extend(_env_errors(hook.get("env"), path + ["env"]))
@@ -645,4 +645,3 @@ def parse(text, fmt):
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise CDIError("not valid YAML: %s" % exc)
-
