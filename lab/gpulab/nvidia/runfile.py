@@ -1,0 +1,123 @@
+"""Writes the fake `NVIDIA-Linux-x86_64-<version>.run` and installs drivers into node roots from the host.
+
+The runfile is a single file that both `sh NVIDIA-….run` and `./NVIDIA-….run` run (a shell line that re-executes
+it with python3, the rest Python): the installer (`installer.py`) with the driver version, the stub module
+templates (`kmod/`) and the fake `nvidia-smi` (`smi.py`) embedded.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+KMOD_TEMPLATES = ["nvidia_stub.c.in", "Kbuild.in", "dkms.conf.in"]
+# `sh` sees: exec python3 "$0" "$@" (the quotes are empty strings); Python sees a string literal
+POLYGLOT_HEADER = "#!/bin/sh\n''''exec /usr/bin/python3 \"$0\" \"$@\" #'''\n"
+
+
+def runfile_name(version: str) -> str:
+    return "NVIDIA-Linux-x86_64-%s.run" % version
+
+
+def _read(name: str) -> str:
+    with open(os.path.join(PACKAGE_DIR, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def runfile_text(version: str) -> str:
+    embedded = {"version": version, "kmod": {name: _read(os.path.join("kmod", name)) for name in KMOD_TEMPLATES},
+                "smi_source": _read("smi.py")}
+    installer_source = _read("installer.py")
+    marker = "\nEMBEDDED = None\n"
+    if marker not in installer_source:
+        raise RuntimeError("installer.py lost its EMBEDDED marker")
+    future = "from __future__ import annotations\n"
+    body = installer_source.replace(future, "", 1).replace(marker, "\nEMBEDDED = %r\n" % embedded, 1)
+    # the header's string literal is the module docstring, so the __future__ import must follow it directly
+    return POLYGLOT_HEADER + future + "# NVIDIA Accelerated Graphics Driver for Linux-x86_64 %s (gpulab fake " \
+        "runfile)\n" % version + body
+
+
+def write_runfile(dest_dir: str, version: str) -> str:
+    """Write `dest_dir/NVIDIA-Linux-x86_64-<version>.run` (mode 0755); returns its path."""
+    os.makedirs(dest_dir, exist_ok=True)
+    path = os.path.join(dest_dir, runfile_name(version))
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(runfile_text(version))
+    os.chmod(path + ".tmp", 0o755)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def debian_headers_dir() -> str:
+    """The newest installed Debian kernel build tree (`/usr/src/linux-headers-<ver>-amd64`)."""
+    candidates = sorted(path for path in glob.glob("/usr/src/linux-headers-*")
+                        if os.path.isfile(os.path.join(path, "Makefile")) and not path.endswith("-common"))
+    if not candidates:
+        raise RuntimeError("no kernel headers in /usr/src: apt-get install linux-headers-amd64")
+    return candidates[-1]
+
+
+def ensure_kernel_build_link(root: str, release: str | None = None, headers_dir: str | None = None) -> str:
+    """Make `/lib/modules/<running release>/build` (and `source`) in a node root point at the Debian headers, so
+    that headers are "present" for the node's kernel and kbuild/dkms build for it. Returns the link path."""
+    release = release or os.uname().release
+    headers_dir = headers_dir or debian_headers_dir()
+    module_dir = os.path.join(root, "lib/modules", release)
+    os.makedirs(module_dir, exist_ok=True)
+    link = os.path.join(module_dir, "build")
+    if os.path.islink(link) and os.readlink(link) == headers_dir:
+        return link
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(headers_dir, link)
+    common = headers_dir.rsplit("-", 1)[0] + "-common"
+    source = os.path.join(module_dir, "source")
+    if os.path.isdir(common) and not os.path.lexists(source):
+        os.symlink(common, source)
+    return link
+
+
+def prebuild_modules(cache_dir: str, version: str, flavor: str, headers_dir: str | None = None) -> str:
+    """Build the unsigned stub modules for one (version, flavor) into the shared cache; returns the directory.
+    Already-built entries are reused."""
+    sys.path.insert(0, os.path.dirname(PACKAGE_DIR))
+    from gpulab.nvidia import installer
+    headers_dir = headers_dir or debian_headers_dir()
+    target = installer.cached_module_dir(cache_dir, headers_dir, version, flavor)
+    if not all(os.path.exists(os.path.join(target, stem + ".ko")) for stem in installer.MODULE_FILES):
+        installer.build_modules(headers_dir, version, flavor, target)
+    return target
+
+
+def install_driver(root: str, version: str, flavor: str | None = None, dkms: bool = False, no_drm: bool = False,
+                   signing_key: str | None = None, signing_cert: str | None = None, cache_dir: str | None = None,
+                   runfile_dir: str | None = None, extra_args: list | None = None) -> subprocess.CompletedProcess:
+    """Run the fake runfile against a node root from the host (for `gpulab up --driver`): the same program,
+    flags and results as an operator running it inside the node. Raises CalledProcessError on failure."""
+    runfile_dir = runfile_dir or os.path.join(root, "root")
+    path = write_runfile(runfile_dir, version)
+    ensure_kernel_build_link(root)
+    argv = [sys.executable, path, "--silent", "--root", root]
+    if flavor:
+        argv.append("--kernel-module-type=%s" % flavor)
+    if dkms:
+        argv.append("--dkms")
+    if no_drm:
+        argv.append("--no-drm")
+    if signing_key:
+        argv += ["--module-signing-secret-key", signing_key, "--module-signing-public-key", signing_cert]
+    argv += extra_args or []
+    env = dict(os.environ)
+    if cache_dir:
+        env["GPULAB_KMOD_CACHE"] = cache_dir
+    return subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          check=True)
+
+
+def copy_runfile(src: str, dest_dir: str) -> str:
+    os.makedirs(dest_dir, exist_ok=True)
+    return shutil.copy2(src, dest_dir)
