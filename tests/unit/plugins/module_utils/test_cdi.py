@@ -433,15 +433,16 @@ def test_facts_generator_names_gpus_by_index_and_uuid_with_all_last():
     assert _cdi.validate_spec(spec) == []
 
 
-def test_mig_cap_minors_match_the_driver_layout_seen_in_the_dra_fixture():
+def test_mig_cap_minors_match_the_driver_layout_for_every_mig_device_of_the_dra_fixture():
     spec = load_fixture(DRA_MIG)
-    nodes_by_name = {device["name"]: [node["path"] for node in device["containerEdits"]["deviceNodes"]]
-                     for device in spec["devices"]}
-    for gpu, gi, ci in ((0, 0, 0), (0, 1, 3), (7, 13, 6), (7, 14, 0), (7, 14, 7)):
+    mig_devices = [device for device in spec["devices"] if device["name"].startswith("mig-")]
+    assert len(mig_devices) == 960
+    for device in mig_devices:
+        gpu, gi, ci = (int(part[len(prefix):]) for part, prefix in zip(device["name"].split("-")[1:], ("gpu", "gi", "ci")))
         gi_minor, ci_minor = _cdi.mig_cap_minors(gpu, gi, ci)
         expected = {"/dev/nvidia-caps/nvidia-cap%d" % gi_minor, "/dev/nvidia-caps/nvidia-cap%d" % ci_minor,
                     "/dev/nvidia%d" % gpu}
-        assert set(nodes_by_name["mig-gpu%d-gi%d-ci%d" % (gpu, gi, ci)]) == expected
+        assert set(node["path"] for node in device["containerEdits"]["deviceNodes"]) == expected, device["name"]
 
 
 def test_facts_generator_builds_mig_devices_with_caps_and_parent_node():
