@@ -134,8 +134,7 @@ _TIME_PREFIXES = (
 # plain dmesg: "[  219.470994]" seconds since boot; used only when the line has no wall-clock time
 _MONOTONIC_RE = re.compile(r"\[\s*(?P<time>\d+\.\d+)\]")
 _NVRM_RE = re.compile(r"NVRM:")
-# syslog writes each line of the 3-line "fallen off the bus" message as its own record: the address is on
-# the first, the words "fallen off the bus" on the third.
+# The 3-line "fallen off the bus" message names the GPU on its first line and says "fallen off" on its third.
 _FALLEN_MESSAGE_LINES = 2
 
 
@@ -211,20 +210,14 @@ def _message_body(line):
     return line[match.start():] if match else line.strip()
 
 
-def _fallen_off_bus_event(head, continuation, pending_address):
-    """Code-79 event for the driver's "... has fallen off the bus" message that carries no Xid number."""
-    texts = [_message_body(head)] + continuation
-    joined = " ".join(texts)
-    address_match = _FALLEN_HEAD_RE.search(joined) or _GPU_ADDRESS_RE.search(joined)
+def _record_texts(head, continuation):
+    """Texts of a record without prefixes and without the "NVRM:" tag of each line."""
+    return [re.sub(r"^NVRM:\s*", "", text) for text in [_message_body(head)] + continuation]
+
+
+def _record_time(head):
     nvrm = _NVRM_RE.search(head)
-    return {
-        "code": 79,
-        "pci_address": address_match.group("pci") if address_match else pending_address,
-        "pid": None,
-        "process": None,
-        "message": " ".join(re.sub(r"^NVRM:\s*", "", text) for text in texts).strip(),
-        "time": _line_time(head[:nvrm.start()] if nvrm else head),
-    }
+    return _line_time(head[:nvrm.start()] if nvrm else head)
 
 
 def _bus_key(pci_address):
@@ -238,27 +231,45 @@ def _bus_key(pci_address):
 class _FallenOffBusWatcher:
     """Turns the driver's "fallen off the bus" message (no Xid number) into a code-79 event.
 
-    Remembers the address of a recent "NVRM: The NVIDIA GPU <addr>" line for logs (syslog) that store
-    each line of that 3-line message as a record of its own.
+    dmesg prints that 3-line message as one record with indented continuation lines; syslog (and dmesg
+    without indentation) gives each line a record of its own. So the watcher remembers the record that
+    named the GPU ("NVRM: The NVIDIA GPU <addr>") for the next _FALLEN_MESSAGE_LINES records, and the event
+    takes its address, time and the joined text from there.
     """
 
     def __init__(self):
-        self.pending_address = None
-        self.records_since_address = 0
+        self.started = None  # {"address", "time", "texts"} of the record naming the GPU
+        self.records_since_start = 0
 
     def observe(self, head, continuation):
         """The code-79 event this non-Xid record completes, or None."""
-        self.records_since_address += 1
+        texts = _record_texts(head, continuation)
         head_match = _FALLEN_HEAD_RE.search(head)
         if head_match:
-            self.pending_address, self.records_since_address = head_match.group("pci"), 0
-        if self.records_since_address > _FALLEN_MESSAGE_LINES:
-            self.pending_address = None
+            self.started = {"address": head_match.group("pci"), "time": _record_time(head), "texts": []}
+            self.records_since_start = 0
+        elif self.started is not None:
+            self.records_since_start += 1
+            if self.records_since_start > _FALLEN_MESSAGE_LINES:
+                self.started = None
+        if self.started is not None:
+            self.started["texts"].extend(texts)
         if not _FALLEN_RE.search(" ".join([head] + continuation)):
             return None
-        event = _fallen_off_bus_event(head, continuation, self.pending_address)
-        self.pending_address = None
+        event = self._event(head, continuation, texts)
+        self.started = None
         return event
+
+    def _event(self, head, continuation, texts):
+        own_address = _GPU_ADDRESS_RE.search(" ".join([head] + continuation))
+        if own_address is None and self.started is not None:
+            return _fall_event(self.started["address"], self.started["time"], self.started["texts"])
+        return _fall_event(own_address.group("pci") if own_address else None, _record_time(head), texts)
+
+
+def _fall_event(pci_address, time, texts):
+    return {"code": 79, "pci_address": pci_address, "pid": None, "process": None,
+            "message": " ".join(texts).strip(), "time": time}
 
 
 def _without_duplicate_falls(found):
@@ -278,7 +289,7 @@ def parse_kernel_log(text):
     printed: the wall-clock time when the line has one, else dmesg's seconds since boot ("219.470994"), else None.
 
     Multi-line messages: indented lines without a timestamp continue the message above them and are
-    appended to its ``message``; they never start an event. Other driver lines (GSP RPC tables, call
+    appended to its ``message``; they never start an event unless they hold an "NVRM: Xid (...)" of their own. Other driver lines (GSP RPC tables, call
     traces, RmInitAdapter failures) are not Xid events and are ignored.
 
     "GPU has fallen off the bus" without an Xid number: the driver prints "NVRM: The NVIDIA GPU <addr> ...

@@ -197,7 +197,30 @@ def test_syslog_splits_the_fallen_off_bus_message_but_the_address_is_kept():
         "Jun  3 10:00:01 node kernel: [ 1843.308150] NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
         "Jun  3 10:00:01 node kernel: [ 1843.308152] NVRM: fallen off the bus and is not responding to commands.\n"
     )
-    assert summary(parse_kernel_log(text)) == [(79, "0000:b3:00.0", None, None, "Jun  3 10:00:01")]
+    events = parse_kernel_log(text)
+    assert summary(events) == [(79, "0000:b3:00.0", None, None, "Jun  3 10:00:01")]
+    assert events[0]["message"] == ("The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has "
+                                    "fallen off the bus and is not responding to commands.")
+
+
+def test_unindented_lines_of_the_fallen_off_bus_message_take_the_time_of_its_first_line():
+    text = (
+        "2026-12-02T14:46:39,005217+00:00 NVRM: The NVIDIA GPU 0000:ab:00.0\n"
+        "NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+        "NVRM: fallen off the bus and is not responding to commands.\n"
+    )
+    assert summary(parse_kernel_log(text)) == [(79, "0000:ab:00.0", None, None, "2026-12-02T14:46:39,005217+00:00")]
+
+
+def test_an_unrelated_gpu_line_long_before_the_fall_does_not_lend_its_address():
+    text = (
+        "[ 10.000000] NVRM: The NVIDIA GPU 0000:18:00.0\n"
+        "[ 11.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n"
+        "[ 12.000000] nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver\n"
+        "[ 13.000000] nvidia-uvm: Loaded the UVM driver, major device number 511.\n"
+        "[ 99.000000] NVRM: fallen off the bus and is not responding to commands.\n"
+    )
+    assert summary(parse_kernel_log(text)) == [(79, None, None, None, "99.000000")]
 
 
 def test_a_real_xid_79_for_the_same_gpu_replaces_the_driver_message():
