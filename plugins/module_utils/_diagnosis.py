@@ -219,7 +219,7 @@ def check_dkms(facts):
         return []
     loaded = (facts.get("kernel_module") or {}).get("loaded")
     states = ", ".join("%s/%s %s for %s" % (item["module"], item["version"], item["state"],
-                                             item.get("kernel") or "no kernel") for item in entries)
+                                            item.get("kernel") or "no kernel") for item in entries)
     return [entry(
         1, "dkms_not_built_for_running_kernel", "warning" if loaded else "critical",
         "DKMS has no installed NVIDIA module for the running kernel %s (%s)." % (release, states),

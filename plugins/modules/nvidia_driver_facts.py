@@ -422,7 +422,7 @@ def gather_secure_boot(reader, facts):
         facts["secure_boot"] = dict(state, source="mokutil")
     if mokutil and facts["secure_boot"]["enabled"] is not None:
         facts["mok"] = {"enrolled": mok_keys(reader, mokutil, "--list-enrolled"),
-                       "pending": mok_keys(reader, mokutil, "--list-new")}
+                        "pending": mok_keys(reader, mokutil, "--list-new")}
 
 
 def gather_dkms(reader, facts):
