@@ -81,14 +81,14 @@ class KubeCluster:
         return self
 
     def _serve(self) -> None:
+        # Imported here: in-process tests (serve=False) need neither TLS nor openssl.
         from .kubeconfig import write_kubeconfig
         from .server import ApiServer
-        from .tls import new_token, read_pem
-        ca_dir = os.path.join(self.state_dir, "keys", "kube")
+        from .tls import new_token
         token = new_token()
-        self.server = ApiServer(self.store, self.host, self.port, ca_dir, token)
+        self.server = ApiServer(self.store, self.host, self.port, os.path.join(self.state_dir, "keys", "kube"), token)
         self.server.start()
-        write_kubeconfig(self.kubeconfig_path, self.server.url, read_pem(os.path.join(ca_dir, "ca.crt")), token)
+        write_kubeconfig(self.kubeconfig_path, self.server.url, self.server.ca_pem, token)
 
     def stop(self) -> None:
         if self.server is not None:

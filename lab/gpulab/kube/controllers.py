@@ -219,11 +219,11 @@ class ControllerManager:
     def run_once(self) -> None:
         with self._pass_lock:
             now = self.clock()
-            self.sync_node_taints(now)
             for kubelet in self.kubelets:
                 kubelet.sync_node(now)
             if self.api_only is not None:
                 self.api_only.sync(now)
+            self.sync_node_taints(now)
             self.sync_deployments()
             self.sync_replicasets()
             self.sync_daemonsets()
