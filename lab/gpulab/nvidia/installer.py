@@ -34,6 +34,7 @@ EMBEDDED = None
 KMOD_CACHE_DEFAULT = "/run/gpulab-cache"
 MANIFEST_PATH = "/var/lib/nvidia/manifest.json"
 LOG_PATH = "/var/log/nvidia-installer.log"
+UNINSTALL_LOG_PATH = "/var/log/nvidia-uninstall.log"
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 OPEN_MODULES_MIN_BRANCH = 560   # from 560 the installer defaults to the open kernel modules
 LICENSE_BY_FLAVOR = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
@@ -369,7 +370,31 @@ def install_kernel_modules_dkms(inst: Installation, build_dir: str) -> None:
     os.makedirs(_in_root(inst.root, "/lib/modules/%s" % opts.kernel_release()), exist_ok=True)
     argv = ["dkms", "install", "-m", "nvidia", "-v", opts.version, "-k", opts.kernel_release(),
             "--kernelsourcedir", os.path.realpath(build_dir)] + dkms_tree_args(inst.root)
-    _run(argv, inst.log)
+    _run_dkms(argv, inst.root, inst.log)
+
+
+def _run_dkms(argv: list, root: str, log) -> None:
+    """Run dkms; for a `--root` other than `/` its trees point into the root and a `depmod` shim on PATH adds
+    `-b <root>` (dkms itself always runs plain `depmod -a <kernel>`)."""
+    if root == "/":
+        _run(argv, log)
+        return
+    shim_dir = tempfile.mkdtemp(prefix="nvidia-depmod-")
+    try:
+        depmod = shutil.which("depmod", path="/usr/sbin:/sbin:/usr/bin:/bin") or "/usr/sbin/depmod"
+        shim = os.path.join(shim_dir, "depmod")
+        with open(shim, "w", encoding="utf-8") as handle:
+            handle.write('#!/bin/sh\nexec %s -b "%s" "$@"\n' % (depmod, root))
+        os.chmod(shim, 0o755)
+        env = dict(os.environ, PATH=shim_dir + ":" + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))
+        # dkms looks for sign-file under the host's /lib/modules/<kernel>/build, which is inside the root here
+        release = argv[argv.index("-k") + 1] if "-k" in argv else os.uname().release
+        root_sign_file = _in_root(root, "/lib/modules/%s/build/scripts/sign-file" % release)
+        if "sign_file" not in env and os.path.exists(root_sign_file):
+            env["sign_file"] = os.path.realpath(root_sign_file)
+        _run(argv, log, env=env)
+    finally:
+        shutil.rmtree(shim_dir, ignore_errors=True)
 
 
 def install_userspace(inst: Installation) -> None:
@@ -418,7 +443,7 @@ def uninstall(root: str, log) -> dict:
         argv = ["dkms", "remove", "-m", "nvidia", "-v", manifest["kernel_module_version"], "--all"]
         argv += dkms_tree_args(root)
         try:
-            _run(argv, log)
+            _run_dkms(argv, root, log)
         except InstallerError as exc:
             log("WARNING: %s" % exc)
     remove_paths(root, manifest["paths"])
@@ -499,8 +524,9 @@ def install(opts: Options, program_path: str | None, log) -> dict:
 class Log:
     """Lines for `/var/log/nvidia-installer.log`, echoed to the terminal unless `--silent`."""
 
-    def __init__(self, version: str, argv: list):
-        self.lines = ["nvidia-installer log file '%s'" % LOG_PATH,
+    def __init__(self, version: str, argv: list, path: str = LOG_PATH):
+        self.path = path
+        self.lines = ["nvidia-installer log file '%s'" % path,
                       "creation time: %s" % datetime.datetime.now().strftime("%a %b %e %H:%M:%S %Y"),
                       "installer version: %s" % version, "",
                       "PATH: %s" % os.environ.get("PATH", ""), "", "nvidia-installer command line:",
@@ -510,7 +536,7 @@ class Log:
         self.lines.append(line)
 
     def save(self, root: str) -> None:
-        path = _in_root(root, LOG_PATH)
+        path = _in_root(root, self.path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("\n".join(self.lines) + "\n")
@@ -525,7 +551,7 @@ def main(argv: list | None = None, version: str | None = None, program_path: str
         return 0
     if os.path.basename(sys.argv[0]) == "nvidia-uninstall" and "--uninstall" not in argv:
         argv = argv + ["--uninstall"]
-    log = Log(version, argv)
+    log = Log(version, argv, UNINSTALL_LOG_PATH if "--uninstall" in argv else LOG_PATH)
     root = "/"
     try:
         opts = parse_args(argv, version)
@@ -544,7 +570,7 @@ def main(argv: list | None = None, version: str | None = None, program_path: str
         text = str(exc) if str(exc).startswith("ERROR:") else "ERROR: %s" % exc
         sys.stderr.write("\n%s\n\nERROR: Installation has failed.  Please see the file '%s' for details.  You may "
                          "find suggestions on fixing installation problems in the README available on the Linux "
-                         "driver download page at www.nvidia.com.\n\n" % (text, LOG_PATH))
+                         "driver download page at www.nvidia.com.\n\n" % (text, log.path))
         return 1
     log(message)
     log.save(root)
