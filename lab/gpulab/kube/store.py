@@ -86,6 +86,10 @@ _GENERATION_RESOURCES = {"pods", "deployments", "replicasets", "daemonsets", "st
                          "poddisruptionbudgets", "resourceslices", "resourceclaims", "deviceclasses"}
 # Changes to these may change a PodDisruptionBudget's status.
 _PDB_INPUT_RESOURCES = {"pods", "poddisruptionbudgets", "replicasets", "deployments", "statefulsets"}
+# As in the API server, status given at create is dropped for these (their controllers own it). Pods and
+# nodes keep it: kubelets and tests may create them with a status.
+_STATUS_CLEARED_ON_CREATE = {"deployments", "replicasets", "daemonsets", "statefulsets", "jobs",
+                             "poddisruptionbudgets"}
 # Owner-reference garbage collection only looks here for dependents.
 _DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs")
 
@@ -353,6 +357,8 @@ class Store:
             metadata["creationTimestamp"] = now_rfc3339()
             if resource in _GENERATION_RESOURCES:
                 metadata["generation"] = 1
+            if resource in _STATUS_CLEARED_ON_CREATE:
+                obj.pop("status", None)
             _apply_defaults(resource, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
@@ -505,14 +511,14 @@ class Store:
         if patch_type not in PATCH_TYPES:
             raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
                            " media types include: " + ", ".join(PATCH_TYPES))
-        document = _decode_patch(patch, patch_type)
+        document = decode_patch(patch, patch_type)
         with self._mutating():
             key = self._key(resource, name, namespace)
             if patch_type == APPLY_PATCH and key not in self._objects[resource]:
                 return self.create(resource, document, namespace, dry_run=dry_run)
             current = self._entry(resource, name, namespace)
             try:
-                patched = _apply_patch(current.obj, document, patch_type)
+                patched = apply_patch_document(current.obj, document, patch_type)
             except PatchError as error:
                 raise ApiError(422 if patch_type == JSON_PATCH else 400, "Invalid" if patch_type == JSON_PATCH
                                else "BadRequest", str(error))
@@ -755,7 +761,7 @@ def _check_preconditions(resource: str, name: str, obj: dict, preconditions: Opt
                         " in object meta: %s" % (rv, obj["metadata"]["resourceVersion"]))
 
 
-def _decode_patch(patch, patch_type: str):
+def decode_patch(patch, patch_type: str):
     if isinstance(patch, (bytes, bytearray)):
         patch = patch.decode()
     if not isinstance(patch, str):
@@ -769,7 +775,7 @@ def _decode_patch(patch, patch_type: str):
         raise ApiError(400, "BadRequest", "error decoding patch: %s" % error)
 
 
-def _apply_patch(current: dict, document, patch_type: str):
+def apply_patch_document(current: dict, document, patch_type: str):
     if patch_type == JSON_PATCH:
         return json_patch(current, document)
     if patch_type == MERGE_PATCH:

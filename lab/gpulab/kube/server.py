@@ -1,0 +1,831 @@
+"""HTTPS front of the Kubernetes API twin: the REST paths kubectl and client-go use, over HTTP/1.1 + TLS,
+bearer-token auth, ``metav1.Status`` errors, chunked watch streams, server-side ``Table`` printing
+(what ``kubectl get`` asks for) and a record of every request.
+
+``ApiServer(store, host, port, ca_dir, token).start()``; ``.url``, ``.ca_pem``, ``.token``, ``.stop()``.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, List, Optional, Tuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from . import discovery, protobuf, tls
+from .store import APPLY_PATCH, PATCH_TYPES, RESOURCES, ApiError, Store, apply_patch_document, decode_patch
+
+DEFAULT_WATCH_TIMEOUT_S = 1800
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+_RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
+    (info["group"], info["version"], info["plural"]): key for key, info in RESOURCES.items()}
+
+
+class Route:
+    """What a request path names."""
+
+    def __init__(self, resource: str, namespace: Optional[str], name: Optional[str], subresource: Optional[str],
+                 watch_path: bool):
+        self.resource = resource
+        self.info = RESOURCES[resource]
+        self.namespace = namespace
+        self.name = name
+        self.subresource = subresource
+        self.watch_path = watch_path
+
+
+def parse_resource_path(path: str) -> Optional[Route]:
+    """``/api/v1/namespaces/ns/pods/x/log`` → Route(pods, ns, x, log); None for non-resource paths."""
+    parts = [unquote(part) for part in path.strip("/").split("/") if part]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    watch_path = bool(rest) and rest[0] == "watch"
+    if watch_path:
+        rest = rest[1:]
+    if not rest:
+        return None
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3 and (group, version) == ("", "v1") or \
+            rest[0] == "namespaces" and len(rest) >= 3 and group:
+        namespace, rest = rest[1], rest[2:]
+    elif rest[0] == "namespaces" and group:
+        return None
+    key = _RESOURCE_KEYS.get((group, version, rest[0]))
+    if key is None or len(rest) > 3:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    if namespace is not None and not RESOURCES[key]["namespaced"]:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else None
+    if subresource and subresource not in RESOURCES[key]["subresources"]:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return Route(key, namespace, name, subresource, watch_path)
+
+
+def _first(query: Dict[str, List[str]], name: str, default: Optional[str] = None) -> Optional[str]:
+    values = query.get(name)
+    return values[0] if values else default
+
+
+def _is_true(value: Optional[str]) -> bool:
+    return value in ("true", "1", "True")
+
+
+def _int_param(query: Dict[str, List[str]], name: str) -> Optional[int]:
+    value = _first(query, name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, "BadRequest", "invalid value for %s: %r" % (name, value))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "gpulab-kube"
+    api: "ApiServer"
+
+    # -------------------------------------------------------- plumbing
+
+    def log_message(self, format, *args):  # noqa: A002 - silence the default stderr log; requests are recorded
+        pass
+
+    def _send_bytes(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self._code = code
+
+    def _send_json(self, code: int, document) -> None:
+        self._send_bytes(code, json.dumps(document, separators=(",", ":")).encode())
+
+    def _send_error(self, error: ApiError) -> None:
+        self._send_json(error.code, error.to_status())
+
+    def _read_body(self) -> bytes:
+        """The request body, read once (always read in full, so the connection stays usable after an error)."""
+        if self._body is None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise ApiError(413, "RequestEntityTooLarge", "request entity too large")
+            if length:
+                self._body = self.rfile.read(length)
+            elif (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+                self._body = self._read_chunked()
+            else:
+                self._body = b""
+        return self._body
+
+    def _read_chunked(self) -> bytes:
+        body = b""
+        while True:
+            size = int(self.rfile.readline().strip().split(b";")[0], 16)
+            if size == 0:
+                self.rfile.readline()
+                return body
+            body += self.rfile.read(size)
+            self.rfile.readline()
+
+    def _json_body(self):
+        """The body as a JSON-form object, whether it came as JSON, YAML or Kubernetes protobuf."""
+        body = self._read_body()
+        if not body:
+            return {}
+        content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if content_type == "application/vnd.kubernetes.protobuf":
+            try:
+                return protobuf.decode_k8s_protobuf(body)
+            except (protobuf.ProtobufError, ValueError, IndexError) as error:
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request could not be decoded as"
+                               " protobuf: %s" % error)
+        if "cbor" in content_type:
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
+                           " media types include: application/json, application/yaml,"
+                           " application/vnd.kubernetes.protobuf")
+        try:
+            return json.loads(body)
+        except ValueError:
+            try:
+                import yaml
+                return yaml.safe_load(body)
+            except Exception:
+                raise ApiError(400, "BadRequest", "the body of the request could not be decoded as JSON")
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization") or ""
+        return header == "Bearer " + self.api.token
+
+    def _handle(self) -> None:
+        started = time.monotonic()
+        self._code = 0
+        self._verb = None
+        self._body = None
+        split = urlsplit(self.path)
+        try:
+            if self.command in ("POST", "PUT", "PATCH", "DELETE"):
+                self._read_body()
+            if not self._authorized():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
+        except ApiError as error:
+            self._send_error(error)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, socket.timeout):
+            self.close_connection = True
+        except Exception as error:   # a bug must answer 500, not drop the connection
+            self._send_error(ApiError(500, "InternalError", "Internal error occurred: %s" % error))
+        finally:
+            recorder = self.api.store.recorder
+            if recorder is not None:
+                recorder.record_request(self.command, split.path, split.query, self._code,
+                                        "admin" if self._authorized() else None, self.headers.get("User-Agent"),
+                                        (time.monotonic() - started) * 1000.0, self._verb)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+    # -------------------------------------------------------- routing
+
+    def _dispatch(self, path: str, query: Dict[str, List[str]]) -> None:
+        if self._serve_non_resource(path):
+            return
+        route = parse_resource_path(path)
+        if route is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if route.subresource in ("eviction", "binding"):
+            self._verb = "create"
+            self._pod_action(route, query)
+        elif route.subresource == "log":
+            self._verb = "get"
+            self._pod_log(route, query)
+        elif route.subresource == "scale":
+            self._scale(route, query)
+        elif route.name is None:
+            self._collection(route, query)
+        else:
+            self._item(route, query)
+
+    def _serve_non_resource(self, path: str) -> bool:
+        path = path.rstrip("/") or "/"
+        documents = {
+            "/version": lambda: discovery.SERVER_VERSION,
+            "/api": lambda: discovery.core_versions("%s:%d" % (self.api.host, self.api.port)),
+            "/apis": discovery.group_list,
+            "/api/v1": lambda: discovery.resource_list("", "v1"),
+            "/openapi/v3": discovery.openapi_v3_index,
+        }
+        if path in documents:
+            self._verb = "get"
+            self._send_json(200, documents[path]())
+            return True
+        if path in ("/healthz", "/readyz", "/livez"):
+            self._send_bytes(200, b"ok", "text/plain; charset=utf-8")
+            return True
+        if path == "/openapi/v2":
+            if "json" not in (self.headers.get("Accept") or "application/json"):
+                raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
+            self._send_json(200, discovery.openapi_v2())
+            return True
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["openapi", "v3"]:
+            group, version = ("", "v1") if parts[2:4] == ["api", "v1"] else (
+                (parts[3], parts[4]) if len(parts) == 5 and parts[2] == "apis" else (None, None))
+            document = discovery.openapi_v3_group(group, version) if group is not None else None
+            if document is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self._send_json(200, document)
+            return True
+        if parts[0] == "apis" and len(parts) in (2, 3):
+            document = discovery.api_group(parts[1]) if len(parts) == 2 else discovery.resource_list(parts[1],
+                                                                                                       parts[2])
+            if document is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self._send_json(200, document)
+            return True
+        return False
+
+    def _wants_table(self) -> bool:
+        return "as=Table" in (self.headers.get("Accept") or "")
+
+    # -------------------------------------------------------- collections
+
+    def _collection(self, route: Route, query: Dict[str, List[str]]) -> None:
+        store = self.api.store
+        if self.command in ("GET", "HEAD"):
+            if route.watch_path or _is_true(_first(query, "watch")):
+                self._verb = "watch"
+                self._watch(route, query)
+            else:
+                self._verb = "list"
+                self._list(route, query)
+        elif self.command == "POST":
+            self._verb = "create"
+            created = store.create(route.resource, self._json_body(), route.namespace,
+                                   dry_run=_first(query, "dryRun") == "All")
+            self._send_json(201, created)
+        elif self.command == "DELETE":
+            self._verb = "deletecollection"
+            options = self._json_body()
+            items, _ = store.list(route.resource, route.namespace, _first(query, "labelSelector"),
+                                  _first(query, "fieldSelector"))
+            deleted = []
+            for item in items:
+                metadata = item["metadata"]
+                deleted.append(store.delete(route.resource, metadata["name"], metadata.get("namespace"),
+                                            grace_period_seconds=self._grace(query, options),
+                                            dry_run=_first(query, "dryRun") == "All"))
+            self._send_json(200, {"kind": route.info["listKind"], "apiVersion": route.info["apiVersion"],
+                                  "metadata": {"resourceVersion": store.resource_version}, "items": deleted})
+        else:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _list(self, route: Route, query: Dict[str, List[str]]) -> None:
+        store = self.api.store
+        raw_items, list_rv, token, remaining = store.list_raw(
+            route.resource, route.namespace, _first(query, "labelSelector"), _first(query, "fieldSelector"),
+            limit=_int_param(query, "limit"), continue_token=_first(query, "continue"))
+        if self._wants_table():
+            table = table_for(route.resource, [json.loads(raw) for raw in raw_items],
+                                     include_object=_first(query, "includeObject", "PartialObjectMetadata"))
+            table["metadata"] = _list_metadata(list_rv, token, remaining)
+            self._send_json(200, table)
+            return
+        metadata = json.dumps(_list_metadata(list_rv, token, remaining), separators=(",", ":")).encode()
+        body = b"".join([b'{"kind":', json.dumps(route.info["listKind"]).encode(), b',"apiVersion":',
+                         json.dumps(route.info["apiVersion"]).encode(), b',"metadata":', metadata,
+                         b',"items":[', b",".join(raw_items), b"]}"])
+        self._send_bytes(200, body)
+
+    # -------------------------------------------------------- watch
+
+    def _watch(self, route: Route, query: Dict[str, List[str]]) -> None:
+        store = self.api.store
+        name = route.name
+        field_selector = _first(query, "fieldSelector")
+        if name:
+            field_selector = ",".join(filter(None, [field_selector, "metadata.name=" + name]))
+        resource_version = _first(query, "resourceVersion")
+        send_initial = _is_true(_first(query, "sendInitialEvents"))
+        timeout_s = _int_param(query, "timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S
+        bookmarks = _is_true(_first(query, "allowWatchBookmarks"))
+        as_table = self._wants_table()
+        self._include_object = _first(query, "includeObject", "PartialObjectMetadata")
+        try:
+            watch = store.watch(route.resource, route.namespace, None if send_initial else resource_version,
+                                _first(query, "labelSelector"), field_selector)
+        except ApiError as error:
+            if error.code != 410:
+                raise
+            self._start_stream()
+            self._write_event_bytes(b'{"type":"ERROR","object":' + json.dumps(error.to_status()).encode() + b"}")
+            self._end_stream()
+            return
+        self._start_stream()
+        try:
+            self._pump_watch(route, watch, timeout_s, bookmarks, as_table, send_initial)
+        finally:
+            watch.close()
+
+    def _pump_watch(self, route: Route, watch, timeout_s: int, bookmarks: bool, as_table: bool,
+                    send_initial: bool) -> None:
+        deadline = time.monotonic() + timeout_s
+        initial_pending = send_initial
+        last_bookmark = time.monotonic()
+        while not self.api.stopping and time.monotonic() < deadline:
+            event = watch.next_raw(timeout=min(0.25, max(0.01, deadline - time.monotonic())))
+            if event is None:
+                if initial_pending or (bookmarks and time.monotonic() - last_bookmark >= self.api.bookmark_interval_s):
+                    bookmark = watch.bookmark()
+                    if bookmark is not None:
+                        if initial_pending:
+                            bookmark[1]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+                            initial_pending = False
+                        self._write_event_bytes(json.dumps({"type": "BOOKMARK", "object": bookmark[1]}).encode())
+                        last_bookmark = time.monotonic()
+                continue
+            event_type, raw = event
+            if as_table:
+                row_table = table_for(route.resource, [json.loads(raw)], include_object=self._include_object)
+                payload = json.dumps(row_table, separators=(",", ":")).encode()
+            else:
+                payload = raw
+            self._write_event_bytes(b'{"type":"' + event_type.encode() + b'","object":' + payload + b"}")
+        self._end_stream()
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.flush()
+        self._code = 200
+
+    def _write_event_bytes(self, line: bytes) -> None:
+        line += b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # -------------------------------------------------------- single objects
+
+    def _item(self, route: Route, query: Dict[str, List[str]]) -> None:
+        store = self.api.store
+        dry_run = _first(query, "dryRun") == "All"
+        if self.command in ("GET", "HEAD"):
+            if route.watch_path or _is_true(_first(query, "watch")):
+                self._verb = "watch"
+                self._watch(route, query)
+                return
+            self._verb = "get"
+            obj = store.get(route.resource, route.name, route.namespace)
+            if self._wants_table():
+                self._send_json(200, table_for(route.resource, [obj],
+                                                      _first(query, "includeObject", "PartialObjectMetadata")))
+            else:
+                self._send_json(200, obj)
+        elif self.command == "PUT":
+            self._verb = "update"
+            body = self._json_body()
+            if (body.get("metadata") or {}).get("name") not in (None, route.name):
+                raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL"
+                               " (%s)" % (body["metadata"]["name"], route.name))
+            body.setdefault("metadata", {})["name"] = route.name
+            self._send_json(200, store.update(route.resource, body, route.namespace, route.subresource,
+                                              dry_run=dry_run))
+        elif self.command == "PATCH":
+            self._verb = "patch"
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if content_type not in PATCH_TYPES:
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format -"
+                               " accepted media types include: " + ", ".join(PATCH_TYPES))
+            created_before = content_type == APPLY_PATCH and self._exists(route)
+            result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
+                                 route.subresource, dry_run=dry_run, force=_is_true(_first(query, "force")))
+            self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200, result)
+        elif self.command == "DELETE":
+            self._verb = "delete"
+            options = self._json_body()
+            propagation = _first(query, "propagationPolicy") or options.get("propagationPolicy")
+            deleted = store.delete(route.resource, route.name, route.namespace,
+                                   grace_period_seconds=self._grace(query, options),
+                                   preconditions=options.get("preconditions"), propagation_policy=propagation,
+                                   dry_run=dry_run or options.get("dryRun") == ["All"])
+            self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, deleted)
+        else:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _exists(self, route: Route) -> bool:
+        try:
+            self.api.store.get(route.resource, route.name, route.namespace)
+            return True
+        except ApiError:
+            return False
+
+    @staticmethod
+    def _grace(query: Dict[str, List[str]], options: dict) -> Optional[int]:
+        grace = _int_param(query, "gracePeriodSeconds")
+        if grace is None:
+            grace = options.get("gracePeriodSeconds")
+        return grace
+
+    # -------------------------------------------------------- subresources
+
+    def _pod_action(self, route: Route, query: Dict[str, List[str]]) -> None:
+        if self.command != "POST" or route.resource != "pods":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        body = self._json_body()
+        store = self.api.store
+        if route.subresource == "eviction":
+            result = store.evict(route.namespace, route.name, body, dry_run=_first(query, "dryRun") == "All")
+        else:
+            node_name = (body.get("target") or {}).get("name")
+            if not node_name:
+                raise ApiError(422, "Invalid", "Binding.target.name: Required value")
+            store.bind(route.namespace, route.name, node_name)
+            result = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        self._send_json(201, result)
+
+    def _pod_log(self, route: Route, query: Dict[str, List[str]]) -> None:
+        store = self.api.store
+        pod = store.get("pods", route.name, route.namespace)
+        containers = [container["name"] for container in (pod.get("spec") or {}).get("containers") or []]
+        container = _first(query, "container")
+        if container and container not in containers:
+            raise ApiError(400, "BadRequest", "container %s is not valid for pod %s" % (container, route.name))
+        if not container and len(containers) > 1:
+            raise ApiError(400, "BadRequest", "a container name must be specified for pod %s, choose one of: [%s]"
+                           % (route.name, " ".join(containers)))
+        container = container or (containers[0] if containers else None)
+        params = {key: values[0] for key, values in query.items()}
+        text = store.pod_log_provider(route.namespace, route.name, container, params) \
+            if store.pod_log_provider else ""
+        tail = _int_param(query, "tailLines")
+        if tail is not None and text:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-tail:]) if tail > 0 else ""
+        self._send_bytes(200, text.encode(), "text/plain")
+
+    def _scale(self, route: Route, query: Dict[str, List[str]]) -> None:
+        store = self.api.store
+        if self.command == "GET":
+            self._verb = "get"
+        elif self.command in ("PUT", "PATCH"):
+            self._verb = "update" if self.command == "PUT" else "patch"
+            current = _scale_of(store.get(route.resource, route.name, route.namespace))
+            if self.command == "PUT":
+                wanted = self._json_body()
+            else:
+                content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                wanted = apply_patch_document(current, decode_patch(self._read_body(), content_type), content_type)
+            replicas = (wanted.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or replicas < 0:
+                raise ApiError(422, "Invalid", "Scale.spec.replicas: Invalid value: %r" % (replicas,))
+            store.patch(route.resource, route.name, {"spec": {"replicas": replicas}},
+                        "application/merge-patch+json", route.namespace)
+        else:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        self._send_json(200, _scale_of(store.get(route.resource, route.name, route.namespace)))
+
+
+def _scale_of(obj: dict) -> dict:
+    metadata = obj["metadata"]
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    selector_text = ",".join("%s=%s" % item for item in sorted((selector.get("matchLabels") or {}).items()))
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
+                                                         "creationTimestamp") if key in metadata},
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0), "selector": selector_text}}
+
+
+def _list_metadata(list_rv: str, token: Optional[str], remaining: Optional[int]) -> dict:
+    metadata = {"resourceVersion": list_rv}
+    if token:
+        metadata["continue"] = token
+        metadata["remainingItemCount"] = remaining
+    return metadata
+
+
+class _TLSServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address, handler, context: ssl.SSLContext):
+        self._context = context
+        super().__init__(address, handler)
+
+    def get_request(self):
+        sock, address = self.socket.accept()
+        sock.settimeout(DEFAULT_WATCH_TIMEOUT_S + 60)
+        # the handshake runs in the request thread, so a slow client cannot stall accept()
+        return self._context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request, client_address):
+        pass   # a client that goes away mid-request is not an error of the server
+
+
+class ApiServer:
+    """The twin's kube-apiserver: HTTPS on ``host:port`` (0 = any free port), CA and certificate in
+    ``ca_dir``, one bearer token (generated when None)."""
+
+    def __init__(self, store: Store, host: str = "127.0.0.1", port: int = 0, ca_dir: str = ".",
+                 token: Optional[str] = None, bookmark_interval_s: float = 30.0):
+        self.store = store
+        self.host = host
+        self.port = port
+        self.ca_dir = ca_dir
+        self.token = token or tls.new_token()
+        self.bookmark_interval_s = bookmark_interval_s
+        self.stopping = False
+        self._server: Optional[_TLSServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self.ca_pem = ""
+
+    @property
+    def url(self) -> str:
+        return "https://%s:%d" % (self.host, self.port)
+
+    def start(self) -> "ApiServer":
+        cert_path, key_path = tls.issue_server_certificate(self.ca_dir, ip_addresses=(self.host,))
+        self.ca_pem = tls.read_pem(tls.ensure_ca(self.ca_dir)[0])
+        handler = type("ApiHandler", (_Handler,), {"api": self})
+        self._server = _TLSServer((self.host, self.port), handler, tls.server_ssl_context(cert_path, key_path))
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="gpulab-kube-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+# ==================================================================== server-side printing (Table)
+# kubectl get asks for meta.k8s.io/v1 Table and prints the server's columns; these follow the column sets
+# of kube-apiserver's printers for the kinds an operator looks at, and NAME/AGE for the rest.
+
+def human_duration(seconds: float) -> str:
+    """kube's duration.HumanDuration: 45s, 5m3s, 15m, 3h20m, 2d5h, 400d, 3y20d."""
+    seconds = int(seconds)
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    if seconds < 120:
+        return "%ds" % seconds
+    minutes = seconds // 60
+    if minutes < 10:
+        rest = seconds % 60
+        return "%dm" % minutes if rest == 0 else "%dm%ds" % (minutes, rest)
+    if minutes < 180:
+        return "%dm" % minutes
+    hours = seconds // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return "%dh" % hours if rest == 0 else "%dh%dm" % (hours, rest)
+    if hours < 48:
+        return "%dh" % hours
+    if hours < 24 * 8:
+        rest = hours % 24
+        return "%dd" % (hours // 24) if rest == 0 else "%dd%dh" % (hours // 24, rest)
+    if hours < 24 * 365 * 2:
+        return "%dd" % (hours // 24)
+    if hours < 24 * 365 * 8:
+        rest = (hours // 24) % 365
+        return "%dy" % (hours // 24 // 365) if rest == 0 else "%dy%dd" % (hours // 24 // 365, rest)
+    return "%dy" % (hours // 24 // 365)
+
+
+def _age(timestamp: Optional[str]) -> str:
+    if not timestamp:
+        return "<unknown>"
+    try:
+        then = time.mktime(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    except ValueError:
+        return "<unknown>"
+    return human_duration(time.time() - then)
+
+
+def _column(name: str, kind: str = "string", priority: int = 0, format_: str = "") -> dict:
+    return {"name": name, "type": kind, "format": format_, "description": name, "priority": priority}
+
+
+def _node_status(node: dict) -> str:
+    ready = "Unknown"
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            ready = {"True": "Ready", "False": "NotReady"}.get(condition.get("status"), "Unknown")
+    if (node.get("spec") or {}).get("unschedulable"):
+        ready += ",SchedulingDisabled"
+    return ready
+
+
+def _node_roles(node: dict) -> str:
+    roles = sorted(key.split("/", 1)[1] for key in ((node["metadata"].get("labels") or {}))
+                   if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1])
+    return ",".join(roles) or "<none>"
+
+
+def _node_address(node: dict, kind: str) -> str:
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if address.get("type") == kind:
+            return address.get("address", "<none>")
+    return "<none>"
+
+
+def _node_row(node: dict) -> list:
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    return [node["metadata"]["name"], _node_status(node), _node_roles(node), _age(node["metadata"].get("creationTimestamp")),
+            info.get("kubeletVersion", ""), _node_address(node, "InternalIP"), _node_address(node, "ExternalIP"),
+            info.get("osImage", "<unknown>"), info.get("kernelVersion", "<unknown>"),
+            info.get("containerRuntimeVersion", "<unknown>")]
+
+
+def _pod_status_reason(pod: dict) -> str:
+    status = pod.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "Unknown"
+    running = False
+    for container in reversed(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        if (state.get("waiting") or {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif state.get("terminated"):
+            terminated = state["terminated"]
+            reason = terminated.get("reason") or ("Signal:%s" % terminated["signal"] if terminated.get("signal")
+                                                  else "ExitCode:%s" % terminated.get("exitCode", 0))
+        elif state.get("running") and container.get("ready"):
+            running = True
+    if reason == "Completed" and running:
+        reason = "Running"
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return reason
+
+
+def _pod_restarts(pod: dict) -> str:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    restarts = sum(int(container.get("restartCount") or 0) for container in statuses)
+    finished = [((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
+                for container in statuses]
+    finished = sorted(value for value in finished if value)
+    if restarts and finished:
+        return "%d (%s ago)" % (restarts, _age(finished[-1]))
+    return str(restarts)
+
+
+def _pod_row(pod: dict) -> list:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    total = len(spec.get("containers") or [])
+    ready = sum(1 for container in status.get("containerStatuses") or [] if container.get("ready"))
+    return [pod["metadata"]["name"], "%d/%d" % (ready, total), _pod_status_reason(pod), _pod_restarts(pod),
+            _age(pod["metadata"].get("creationTimestamp")), status.get("podIP") or "<none>",
+            spec.get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>", "<none>"]
+
+
+def _containers_and_images(obj: dict) -> Tuple[str, str]:
+    containers = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")) or []
+    return ",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)
+
+
+def _selector_text(obj: dict) -> str:
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    parts = ["%s=%s" % item for item in sorted((selector.get("matchLabels") or {}).items())]
+    for expression in selector.get("matchExpressions") or []:
+        parts.append("%s %s (%s)" % (expression.get("key"), expression.get("operator", "").lower(),
+                                     ",".join(expression.get("values") or [])))
+    return ",".join(parts) or "<none>"
+
+
+def _deployment_row(obj: dict) -> list:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    containers, images = _containers_and_images(obj)
+    return [obj["metadata"]["name"], "%d/%d" % (status.get("readyReplicas", 0), spec.get("replicas", 0)),
+            status.get("updatedReplicas", 0), status.get("availableReplicas", 0),
+            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
+
+
+def _daemonset_row(obj: dict) -> list:
+    status = obj.get("status") or {}
+    node_selector = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector")) or {}
+    containers, images = _containers_and_images(obj)
+    return [obj["metadata"]["name"], status.get("desiredNumberScheduled", 0), status.get("currentNumberScheduled", 0),
+            status.get("numberReady", 0), status.get("updatedNumberScheduled", 0), status.get("numberAvailable", 0),
+            ",".join("%s=%s" % item for item in sorted(node_selector.items())) or "<none>",
+            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
+
+
+def _replicaset_row(obj: dict) -> list:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    containers, images = _containers_and_images(obj)
+    return [obj["metadata"]["name"], spec.get("replicas", 0), status.get("replicas", 0), status.get("readyReplicas", 0),
+            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
+
+
+def _pdb_row(obj: dict) -> list:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    min_available = spec.get("minAvailable")
+    max_unavailable = spec.get("maxUnavailable")
+    return [obj["metadata"]["name"], "N/A" if min_available is None else str(min_available),
+            "N/A" if max_unavailable is None else str(max_unavailable), status.get("disruptionsAllowed", 0),
+            _age(obj["metadata"].get("creationTimestamp"))]
+
+
+def _event_row(event: dict) -> list:
+    involved = event.get("involvedObject") or event.get("regarding") or {}
+    last_seen = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+        "creationTimestamp")
+    return [_age(last_seen), event.get("type", ""), event.get("reason", ""),
+            "%s/%s" % ((involved.get("kind") or "").lower(), involved.get("name", "")),
+            event.get("message") or event.get("note") or ""]
+
+
+def _lease_row(lease: dict) -> list:
+    return [lease["metadata"]["name"], (lease.get("spec") or {}).get("holderIdentity", ""),
+            _age(lease["metadata"].get("creationTimestamp"))]
+
+
+def _resourceslice_row(obj: dict) -> list:
+    spec = obj.get("spec") or {}
+    return [obj["metadata"]["name"], spec.get("nodeName", ""), spec.get("driver", ""),
+            (spec.get("pool") or {}).get("name", ""), _age(obj["metadata"].get("creationTimestamp"))]
+
+
+def _default_row(obj: dict) -> list:
+    return [obj["metadata"]["name"], _age(obj["metadata"].get("creationTimestamp"))]
+
+
+_NAME = _column("Name", format_="name")
+_AGE = _column("Age")
+TABLE_PRINTERS = {
+    "nodes": ([_NAME, _column("Status"), _column("Roles"), _AGE, _column("Version"), _column("Internal-IP", priority=1),
+               _column("External-IP", priority=1), _column("OS-Image", priority=1),
+               _column("Kernel-Version", priority=1), _column("Container-Runtime", priority=1)], _node_row),
+    "pods": ([_NAME, _column("Ready"), _column("Status"), _column("Restarts"), _AGE, _column("IP", priority=1),
+              _column("Node", priority=1), _column("Nominated Node", priority=1),
+              _column("Readiness Gates", priority=1)], _pod_row),
+    "deployments": ([_NAME, _column("Ready"), _column("Up-to-date", "integer"), _column("Available", "integer"), _AGE,
+                     _column("Containers", priority=1), _column("Images", priority=1),
+                     _column("Selector", priority=1)], _deployment_row),
+    "daemonsets": ([_NAME, _column("Desired", "integer"), _column("Current", "integer"), _column("Ready", "integer"),
+                    _column("Up-to-date", "integer"), _column("Available", "integer"), _column("Node Selector"), _AGE,
+                    _column("Containers", priority=1), _column("Images", priority=1),
+                    _column("Selector", priority=1)], _daemonset_row),
+    "replicasets": ([_NAME, _column("Desired", "integer"), _column("Current", "integer"), _column("Ready", "integer"),
+                     _AGE, _column("Containers", priority=1), _column("Images", priority=1),
+                     _column("Selector", priority=1)], _replicaset_row),
+    "poddisruptionbudgets": ([_NAME, _column("Min Available"), _column("Max Unavailable"),
+                              _column("Allowed Disruptions", "integer"), _AGE], _pdb_row),
+    "namespaces": ([_NAME, _column("Status"), _AGE],
+                   lambda ns: [ns["metadata"]["name"], (ns.get("status") or {}).get("phase", ""),
+                               _age(ns["metadata"].get("creationTimestamp"))]),
+    "configmaps": ([_NAME, _column("Data", "integer"), _AGE],
+                   lambda cm: [cm["metadata"]["name"], len(cm.get("data") or {}) + len(cm.get("binaryData") or {}),
+                               _age(cm["metadata"].get("creationTimestamp"))]),
+    "events": ([_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"), _column("Message")],
+               _event_row),
+    "leases": ([_NAME, _column("Holder"), _AGE], _lease_row),
+    "resourceslices": ([_NAME, _column("Node"), _column("Driver"), _column("Pool"), _AGE], _resourceslice_row),
+}
+TABLE_PRINTERS["events.events.k8s.io"] = TABLE_PRINTERS["events"]
+
+
+def _partial_metadata(obj: dict) -> dict:
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+
+
+def table_for(resource: str, objects: List[dict], include_object: Optional[str] = "PartialObjectMetadata") -> dict:
+    columns, row_of = TABLE_PRINTERS.get(resource, ([_NAME, _AGE], _default_row))
+    rows = []
+    for obj in objects:
+        row = {"cells": row_of(obj)}
+        if include_object == "Object":
+            row["object"] = obj
+        elif include_object != "None":
+            row["object"] = _partial_metadata(obj)
+        rows.append(row)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "columnDefinitions": columns,
+            "rows": rows}
