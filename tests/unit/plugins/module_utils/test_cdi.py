@@ -224,6 +224,17 @@ def test_unknown_field_is_rejected_with_its_path():
     assert errors[0].startswith("devices[0].containerEdits.deviceNodes[0].hostpath: unknown field (known: path, hostPath,")
 
 
+def test_a_field_the_schema_already_flags_is_reported_once():
+    spec = minimal_spec()
+    spec["annotations"] = {"a.example.com/x": 1}
+    assert _cdi.validate_spec(spec) == ["annotations.a.example.com/x: must be of type string, got number"]
+
+
+def test_integral_float_passes_the_schema_but_not_the_go_int64_field():
+    spec = minimal_spec(deviceNodes=[{"path": "/dev/card1", "major": 226.0}])
+    assert _cdi.validate_spec(spec) == ["devices[0].containerEdits.deviceNodes[0].major: must be an integer"]
+
+
 def test_file_mode_is_known_to_go_but_not_to_the_schema():
     spec = minimal_spec(deviceNodes=[{"path": "/dev/nvidia0", "fileMode": 438}])
     assert _cdi.validate_spec(spec) == []

@@ -309,6 +309,18 @@ def test_facts_generator_without_device_nodes_fails(tmp_path, capsys):
     assert rc == 1 and "needs /dev/nvidia0" in result["msg"]
 
 
+def test_present_needs_devices_or_a_generator(tmp_path, capsys):
+    rc, result = run_module(capsys, path=str(tmp_path / "nvidia.yaml"))
+    assert rc == 1 and "devices, generator" in result["msg"]
+    assert not (tmp_path / "nvidia.yaml").exists()
+
+
+def test_container_edits_are_refused_with_the_nvidia_ctk_generator(tmp_path, capsys):
+    rc, result = run_module(capsys, path=str(tmp_path / "nvidia.yaml"), generator="nvidia-ctk",
+                            container_edits={"env": ["A=1"]})
+    assert rc == 1 and result["msg"] == "container_edits cannot be combined with generator=nvidia-ctk (it writes the whole spec)"
+
+
 def test_generator_and_devices_are_mutually_exclusive(tmp_path, capsys):
     rc, result = run_module(capsys, path=str(tmp_path / "nvidia.yaml"), generator="facts", facts={},
                             devices=GPU_DEVICES)
