@@ -173,9 +173,9 @@ def flavor_from_license(license_text):
     return None
 
 
-def companion_modules(modules):
-    """Loaded NVIDIA companion modules, in the order of COMPANION_MODULES."""
-    loaded = set(module["name"] for module in modules)
+def companion_modules(loaded_names):
+    """Loaded NVIDIA companion modules (from module names), in the order of COMPANION_MODULES."""
+    loaded = set(loaded_names)
     return [name for name in COMPANION_MODULES if name in loaded]
 
 

@@ -193,6 +193,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._diagnosis import (
     resolve_gather_subset,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import (
+    COMPANION_MODULES,
     build_kernel_module,
     companion_modules,
     device_node_sort_key,
@@ -374,18 +375,20 @@ def gather_kernel_release():
     return {"release": release, "headers_present": present, "headers_path": headers_path if present else None}
 
 
+def modules_in_sysfs():
+    """NVIDIA and nouveau modules that have a /sys/module entry (the kernel creates it when loading them)."""
+    names = ("nvidia", "nouveau") + COMPANION_MODULES
+    return set(name for name in names if os.path.isdir(os.path.join(SYSFS_MODULE, name)))
+
+
 def gather_kernel(reader, facts):
-    modules = loaded_modules(reader)
-    names = set(module["name"] for module in modules or [])
-    proc_text = read_text(PROC_DRIVER_VERSION)
-    if modules is None:
-        loaded = os.path.isdir(os.path.join(SYSFS_MODULE, "nvidia")) or proc_text is not None
-    else:
-        loaded = "nvidia" in names
-    facts["nouveau_loaded"] = "nouveau" in names or os.path.isdir(os.path.join(SYSFS_MODULE, "nouveau"))
+    # /proc/modules (or lsmod) and /sys/module agree on a real host; either one is enough.
+    names = set(module["name"] for module in loaded_modules(reader) or []) | modules_in_sysfs()
+    loaded = "nvidia" in names
+    facts["nouveau_loaded"] = "nouveau" in names
     facts["kernel_module"] = build_kernel_module(
-        loaded, loaded_module_version(proc_text) if loaded else None, modinfo_nvidia(reader),
-        companion_modules(modules or []),
+        loaded, loaded_module_version(read_text(PROC_DRIVER_VERSION)) if loaded else None, modinfo_nvidia(reader),
+        companion_modules(names),
     )
     facts["device_nodes"] = gather_device_nodes()
     facts["kernel"] = gather_kernel_release()

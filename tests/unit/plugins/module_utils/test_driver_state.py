@@ -106,13 +106,13 @@ def test_lsmod_of_t4_host_lists_standard_companions():
     assert nvidia["size"] == 54059008
     assert nvidia["refcount"] == 13
     assert nvidia["used_by"] == ["nvidia_uvm", "nvidia_modeset"]
-    assert ds.companion_modules(modules) == ["nvidia_uvm", "nvidia_drm", "nvidia_modeset"]
+    assert ds.companion_modules(module["name"] for module in modules) == ["nvidia_uvm", "nvidia_drm", "nvidia_modeset"]
 
 
 def test_lsmod_of_vgpu_host_lists_vgpu_vfio_only():
     modules = ds.parse_module_list(fixture_text("lsmod-grep-nvidia_vgpu-host.txt"))
     assert [module["name"] for module in modules] == ["nvidia_vgpu_vfio", "nvidia", "mdev", "drm", "vfio"]
-    assert ds.companion_modules(modules) == ["nvidia_vgpu_vfio"]
+    assert ds.companion_modules(module["name"] for module in modules) == ["nvidia_vgpu_vfio"]
 
 
 def test_proc_modules_format_with_trailing_comma_and_dash():

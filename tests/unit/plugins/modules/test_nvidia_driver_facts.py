@@ -93,11 +93,19 @@ class FakeHost:
             os.symlink(os.path.relpath(str(driver_dir), str(device_dir)), str(device_dir / "driver"))
 
     def char_devices(self, *names_and_minors):
+        """NVIDIA character devices (195, minor); without CAP_MKNOD, links to /dev/null (also a char device)."""
         for name, minor in names_and_minors:
+            path = str(self.root / "dev" / name)
             try:
-                os.mknod(str(self.root / "dev" / name), stat.S_IFCHR | 0o666, os.makedev(195, minor))
+                os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(195, minor))
             except (OSError, PermissionError):
-                pytest.skip("creating character devices needs CAP_MKNOD")
+                os.symlink("/dev/null", path)
+
+    def device_node(self, name):
+        """What the module must report for a node made by char_devices()."""
+        path = str(self.root / "dev" / name)
+        rdev = os.stat(path).st_rdev
+        return {"path": path, "major": os.major(rdev), "minor": os.minor(rdev)}
 
     def headers(self):
         (self.root / "lib/modules" / RELEASE / "build").mkdir(parents=True)
@@ -197,8 +205,7 @@ def test_healthy_a100_mig_node_has_full_facts_and_no_diagnosis(host, capsys):
         (0, 3, "2g.20gb", 19968), (1, 4, "2g.20gb", 19968), (2, 5, "2g.20gb", 19968), (3, 6, "2g.20gb", 19968)]
     assert gpu["mig_devices"][0]["uuid"] == "MIG-00000000-0000-0000-0000-000000000000"
     assert set(gpu) == set(nvidia_driver_facts.GPU_FACT_KEYS)
-    assert facts["device_nodes"] == [{"path": str(host.root / "dev/nvidia0"), "major": 195, "minor": 0},
-                                     {"path": str(host.root / "dev/nvidiactl"), "major": 195, "minor": 255}]
+    assert facts["device_nodes"] == [host.device_node("nvidia0"), host.device_node("nvidiactl")]
     assert facts["secure_boot"] == {"enabled": True, "setup_mode": False, "source": "mokutil"}
     assert facts["mok"]["enrolled"][0]["fingerprint"] == "76a092065800bf376901c372cd55a90e1fded2e0"
     assert facts["mok"]["pending"] == []
@@ -222,6 +229,16 @@ def test_facts_have_exactly_the_contract_keys(host, capsys):
                                                  "error", "error_kind", "nvml_library_version"])
     assert sorted(facts["gpus"][0]["mig_devices"][0]) == sorted(
         ["index", "gpu_instance_id", "compute_instance_id", "memory_total_mib", "profile", "uuid"])
+
+
+def test_device_nodes_are_character_devices_with_nvidia_major(host, capsys):
+    host.char_devices(("nvidia0", 0), ("nvidiactl", 255))
+    if os.path.islink(str(host.root / "dev/nvidia0")):
+        pytest.skip("creating character devices needs CAP_MKNOD")
+    (host.root / "dev/nvidia-fake-regular-file").write_text("")
+    facts = host.run(capsys, gather_subset=["kernel"])["ansible_facts"]["nvidia_driver"]
+    assert [(node["path"].rsplit("/", 1)[-1], node["major"], node["minor"]) for node in facts["device_nodes"]] == [
+        ("nvidia0", 195, 0), ("nvidiactl", 195, 255)]
 
 
 def test_check_mode_gathers_the_same_facts(host, capsys):
@@ -386,3 +403,18 @@ def test_invalid_gather_subset_fails_with_a_clear_message(host, capsys):
 def test_timeout_below_one_second_fails(host, capsys):
     result = host.run(capsys, timeout=0)
     assert result["failed"] is True and "timeout" in result["msg"]
+
+
+def test_module_known_only_from_sys_module_counts_as_loaded(host, capsys):
+    """/sys/module/<name> exists exactly while a module is loaded, so it stands in for a missing module list."""
+    host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
+    host.write("proc/modules", UNRELATED_MODULES)
+    host.write("sys/module/nvidia/version", "550.54.15\n")
+    host.write("sys/module/nvidia_uvm/initstate", "live\n")
+    host.tool("modinfo", {"nvidia": ("modinfo: ERROR: Module nvidia not found.\n", 1)})
+    facts = host.run(capsys, gather_subset=["kernel"])["ansible_facts"]["nvidia_driver"]
+    assert facts["kernel_module"]["loaded"] is True
+    assert facts["kernel_module"]["version"] == "550.54.15"
+    assert facts["kernel_module"]["flavor"] is None  # only /proc/driver/nvidia/version tells it for a loaded module
+    assert facts["kernel_module"]["companions"] == ["nvidia_uvm"]
+    assert facts["nouveau_loaded"] is False
