@@ -182,17 +182,19 @@ def companion_modules(loaded_names):
 def build_kernel_module(loaded, proc_version, modinfo, companions):
     """Assemble the contract's kernel_module dict.
 
-    version: the loaded module's (/proc) when loaded, else the on-disk one (modinfo) that would load.
-    flavor: from /proc when loaded, else from the modinfo license.
+    version and flavor: the loaded module's (/proc, /sys/module) when loaded, never the file on disk, which
+    may be newer; when not loaded, the on-disk module's (modinfo version and license) that modprobe would load.
     """
     proc_version = proc_version or {}
     modinfo = modinfo or {}
-    version = proc_version.get("version") if loaded else None
-    flavor = proc_version.get("flavor") if loaded else None
+    if loaded:
+        version, flavor = proc_version.get("version"), proc_version.get("flavor")
+    else:
+        version, flavor = modinfo.get("version"), flavor_from_license(modinfo.get("license"))
     return {
         "loaded": bool(loaded),
-        "version": version or modinfo.get("version") or None,
-        "flavor": flavor or flavor_from_license(modinfo.get("license")),
+        "version": version or None,
+        "flavor": flavor,
         "companions": list(companions or []) if loaded else [],
         "signer": modinfo.get("signer") or None,
         "sig_key": modinfo.get("sig_key") or None,

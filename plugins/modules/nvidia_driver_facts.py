@@ -275,13 +275,16 @@ class HostReader:
     def find_tool(self, name):
         return self.module.get_bin_path(name)
 
-    def run(self, argv):
-        """(rc, stdout, stderr) of argv, wrapped in timeout(1) when available; rc 124 is recorded as a timeout."""
+    def timed_out(self, rc):
+        return bool(self._timeout_bin) and rc == TIMEOUT_EXIT_CODE
+
+    def run(self, argv, note_timeout=True):
+        """(rc, stdout, stderr) of argv, wrapped in timeout(1) when available; a timeout is noted as unavailable."""
         full_argv = list(argv)
         if self._timeout_bin:
             full_argv = [self._timeout_bin, str(self.timeout)] + full_argv
         rc, out, err = self.module.run_command(full_argv, environ_update={"LC_ALL": "C", "LANG": "C"})
-        if self._timeout_bin and rc == TIMEOUT_EXIT_CODE:
+        if note_timeout and self.timed_out(rc):
             tool = os.path.basename(argv[0])
             layer = 2 if tool in USERSPACE_TOOLS else 1
             self.note_unavailable(tool, layer, "timed out after %s seconds" % self.timeout)
@@ -450,15 +453,15 @@ def read_kernel_log(reader, since_boot):
         if not path:
             continue
         rc, out, err = reader.run([path] + argv[1:])
-        if rc == 0 and out.strip():
-            return out
+        if rc == 0:
+            return out  # the first command that works is the kernel log, even when it is empty
     return None
 
 
 def gather_xid(reader, facts, since_boot):
     text = read_kernel_log(reader, since_boot)
     if text is None:
-        reader.note_unavailable("kernel log", 2, "dmesg and journalctl -k gave no output (not installed or not "
+        reader.note_unavailable("kernel log", 2, "neither dmesg nor journalctl -k could be run (not installed or not "
                                                  "permitted, see kernel.dmesg_restrict): Xid events unknown")
         return
     facts["xid_events"] = parse_kernel_log(text)
@@ -496,7 +499,11 @@ def gather_nvml(module, reader, facts):
         userspace.update(error_kind="not_found", error="nvidia-smi not found or not executable (%s)" % where)
         return
     userspace["nvidia_smi_path"] = smi
-    rc, out, err = reader.run([smi, "-q", "-x"])
+    rc, out, err = reader.run([smi, "-q", "-x"], note_timeout=False)
+    if reader.timed_out(rc):
+        userspace.update(error_kind="other", error="nvidia-smi -q -x did not answer within %s seconds (hung GPU or "
+                                                   "driver?)" % reader.timeout)
+        return
     if rc != 0:
         userspace.update(classify_error(out + "\n" + err, rc))
         return

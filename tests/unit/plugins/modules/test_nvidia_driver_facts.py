@@ -357,7 +357,7 @@ def test_missing_tools_give_null_facts_and_diagnosis_without_failing(host, capsy
     assert facts["kernel_module"]["version"] == "565.57.01"
     assert codes(facts) == ["data_source_unavailable", "nvidia_smi_not_found", "data_source_unavailable"]
     messages = " ".join(item["message"] for item in facts["diagnosis"])
-    assert "mokutil" in messages and "dmesg and journalctl" in messages
+    assert "mokutil" in messages and "neither dmesg nor journalctl" in messages
 
 
 def test_legacy_bios_host_without_mokutil_has_unknown_secure_boot(host, capsys):
@@ -418,3 +418,23 @@ def test_module_known_only_from_sys_module_counts_as_loaded(host, capsys):
     assert facts["kernel_module"]["flavor"] is None  # only /proc/driver/nvidia/version tells it for a loaded module
     assert facts["kernel_module"]["companions"] == ["nvidia_uvm"]
     assert facts["nouveau_loaded"] is False
+
+
+def test_hung_nvidia_smi_is_cut_off_by_the_timeout(host, capsys):
+    host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
+    script = host.bin / "nvidia-smi"
+    script.write_text("#!/bin/sh\nexec /bin/sleep 10\n")
+    script.chmod(0o755)
+    os.symlink("/usr/bin/timeout", str(host.bin / "timeout"))
+    facts = host.run(capsys, gather_subset=["nvml"], timeout=1)["ansible_facts"]["nvidia_driver"]
+    assert facts["userspace"]["nvml_ok"] is False
+    assert "within 1 seconds" in facts["userspace"]["error"]
+    assert codes(facts) == ["nvml_error"]
+
+
+def test_empty_dmesg_is_an_empty_kernel_log_not_a_reason_to_read_the_journal(host, capsys):
+    host.tool("dmesg", {"--time-format=iso": ("", 0)})
+    host.tool("journalctl", {"-k --no-pager -o short-iso -b": (fixture_text("xid_kernel-log_lines_from_issues.txt"), 0)})
+    facts = host.run(capsys, gather_subset=["xid"])["ansible_facts"]["nvidia_driver"]
+    assert facts["xid_events"] == [] and facts["diagnosis"] == []
+    assert not [call for call in host.calls() if call.startswith("journalctl")]
