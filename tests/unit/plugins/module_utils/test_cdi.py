@@ -20,8 +20,8 @@ SCHEMA_DIR = os.path.join(FIXTURES, "schema")
 DOCKER_T4 = "docker-docs_g4dn-xlarge_T4_570.133.20_nvidia.yaml"
 BLOG_T4_PARTIAL = "blog_T4_rocky9_ctk1.20_driver615_var-run-cdi_nvidia.PARTIAL.yaml"
 DRA_MIG = "k8s-dra-driver_2022_mig_nvidia.yaml"
-CTK_DEFAULT = "nvidia-ctk_generate_test_default_expected.yaml"
-CTK_CHMOD = "nvidia-ctk_generate_test_enableChmodHook_expected.yaml"
+CTK_DEFAULT = "nvidia-ctk_generate_test_default_expected.yaml.tmpl"
+CTK_CHMOD = "nvidia-ctk_generate_test_enableChmodHook_expected.yaml.tmpl"
 ALL_SPEC_FIXTURES = (DOCKER_T4, BLOG_T4_PARTIAL, DRA_MIG, CTK_DEFAULT, CTK_CHMOD)
 
 

@@ -81,7 +81,7 @@ def make_driver_root(tmp_path, driver_version):
 
 def ctk_spec_for(root, driver_version):
     """The nvidia-ctk expected output for root, as a driver of driver_version would produce it."""
-    text = fixture_text("nvidia-ctk_generate_test_default_expected.yaml", root).replace("999.88.77", driver_version)
+    text = fixture_text("nvidia-ctk_generate_test_default_expected.yaml.tmpl", root).replace("999.88.77", driver_version)
     spec = yaml.safe_load(text)
     spec["kind"] = "nvidia.com/gpu"
     # The hook binary is not installed in the test environment; drop the hooks so only driver files matter.
