@@ -52,8 +52,8 @@ lab-test: venv
 
 test: sanity units lint lab-test
 
-demo: venv
-	PATH=$(BIN):$$PATH bash lab/demo.sh $(STATE_DIR)
+demo: tree
+	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(TREE) bash lab/demo.sh $(STATE_DIR)
 
 clean:
 	rm -rf $(TREE) tests/output
