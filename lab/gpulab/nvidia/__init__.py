@@ -9,3 +9,7 @@ boot decision (`boot`). The API the node core uses is described in `lab/ARCHITEC
 `smi`, `mok`, `kmsg` and `installer` only use the standard library and import nothing from `gpulab`: the
 runfile embeds their source so the installed tools work inside a node without the lab on `sys.path`.
 """
+
+# Where the node core installs the entry scripts of `bin/` inside each node (nvidia-smi is not among them: the
+# driver installer puts it in /usr/bin, so a node without a driver has none, as a real host).
+FAKE_BINARY_PATHS = {"mokutil": ["/usr/bin/mokutil"], "dmesg": ["/usr/bin/dmesg"], "lsmod": ["/usr/sbin/lsmod"]}

@@ -15,7 +15,8 @@ import os
 import re
 import subprocess
 
-from gpulab.nvidia import kmsg, mok
+from gpulab.nvidia import installer, kmsg, mok
+from gpulab.nvidia.smi import mismatched_version
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -117,11 +118,6 @@ def nvrm_loading_line(version: str, flavor: str) -> str:
     return "NVRM: loading " + proc_version_text(version, flavor).splitlines()[0][len("NVRM version: "):]
 
 
-def xid_bus(pci_address: str) -> str:
-    """`0000:18:00.0` -> `0000:18:00`, the form Xid lines use."""
-    return pci_address.rsplit(".", 1)[0]
-
-
 def gpu_information_text(gpu: dict, minor: int) -> str:
     return ("Model: \t\t %s\nIRQ:   \t\t %d\nGPU UUID: \t %s\nVideo BIOS: \t %s\nBus Type: \t PCIe\n"
             "DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t %s\nDevice Minor: \t %d\n"
@@ -220,6 +216,7 @@ def _loaded_views(root: str, release: str, gpus: list, modinfo: dict) -> dict:
 
 def _pci_view(gpus: list, driver: str | None) -> list:
     return [{"address": gpu["pci_address"], "vendor": "0x10de", "device": gpu["device_id"], "class": "0x030200",
+             "subsystem_vendor": "0x" + gpu["subsystem_id"][-4:], "subsystem_device": gpu["subsystem_id"][:6],
              "driver": gpu.get("driver_override") or driver} for gpu in gpus]
 
 
@@ -229,9 +226,16 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
     Extra keys beyond the contract: `efi` (the EFI state after MokManager ran: write it back to efi.json),
     `lsmod_text` (write to `run/modules`), `kmsg_records` (the `kmsg` lines in `/dev/kmsg` record format, for
     `run/kmsg` after a `# boot_epoch=` line), `nouveau_loaded`, `module_rejected`, `kernel_module_path`.
+
+    Faults it honours: `dkms-fail` (a dkms-built module is not there for the running kernel), `driver-mismatch`
+    (the loaded module is the previous driver's), `nouveau` (nouveau wins the GPUs even with nvidia installed),
+    `headers-missing` (no `/lib/modules/<release>/build` link is made). It also makes that link (to the Debian
+    headers) on every other boot, so the node's kernel has "its" headers.
     """
     faults_active = _fault_kinds(faults)
     release = kernel_release(hw)
+    if "headers-missing" not in faults_active:
+        installer.ensure_kernel_build_link(root, release)
     efi, _newly_enrolled = mok.apply_staged_keys(efi)
     gpus = [gpu for gpu in hw.get("gpus", []) if gpu.get("on_bus", True)]
     state = {"module_loaded": False, "kernel_driver_version": None, "files": _efivar_files(efi),
@@ -253,9 +257,15 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
                            (kmsg.LEVEL_ERROR, "NVRM: This can occur when a driver such as: \nNVRM: nouveau, rivafb, "
                             "nvidiafb or rivatv \nNVRM: was loaded and obtained ownership of the NVIDIA device(s)."),
                            (kmsg.LEVEL_ERROR, "NVRM: No NVIDIA devices probed.")]
-    elif ko_path and "module_load_fail" not in faults_active:
+    elif ko_path and "dkms-fail" in faults_active and "/updates/dkms/" in ko_path:
+        # models a kernel update whose dkms rebuild failed: no module for the running kernel, nothing logged
+        state["kernel_module_path"] = ko_path
+    elif ko_path:
         state["kernel_module_path"] = ko_path
         modinfo = read_modinfo(ko_path)
+        if "driver-mismatch" in faults_active:
+            # the module of the previous driver is what got loaded: kernel and userspace now differ
+            modinfo = dict(modinfo, version=mismatched_version(modinfo.get("version", "0.0")))
         accepted, verdict_lines = _module_verdict(modinfo, efi)
         kmsg_lines += verdict_lines
         if accepted and gpus:
@@ -270,7 +280,6 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
         else:
             state["module_rejected"] = True
     state["pci_devices"] = _pci_view(gpus, driver)
-    state["files"]["/proc/modules"] = kmsg.render_proc_modules(state["modules"])
     state["lsmod_text"] = kmsg.render_lsmod(state["modules"])
     state["kmsg"] = [text for _level, text in kmsg_lines]
     state["kmsg_records"] = kmsg.boot_records(kmsg_lines)
@@ -278,32 +287,6 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- live faults
-
-XID_MESSAGES = {
-    13: "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
-    31: "channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 UNRECOGNIZED_CLIENT faulted @ "
-        "0x182400_0030198d. Fault is of type UNRECOGNIZED_FAULT UNRECOGNIZED_ACCESS_TYPE",
-    43: "Ch 00000008",
-    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 "
-        "partition 7, subpartition 1.",
-    63: "Row Remapper: New row (0x00000000e8420000) marked for remapping, reset gpu to activate.",
-    64: "Row Remapper: Failed to remap row (0x00000000e8420000).",
-    74: "NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
-    79: "GPU has fallen off the bus.",
-    94: "Contained ECC error.",
-    95: "Uncontained ECC error.",
-    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) "
-         "(0x20800a4c 0x4).",
-}
-
-
-def xid_line(code: int, gpu: dict, pid: int | None = None, process: str | None = None) -> str:
-    who = "pid=%d, name=%s" % (pid, process) if pid else "pid='<unknown>', name=<unknown>"
-    message = XID_MESSAGES.get(code, "gpulab injected Xid %d" % code)
-    if code == 119:
-        message = message.replace("GPU0", "GPU%d" % gpu["index"])
-    return "NVRM: Xid (PCI:%s): %d, %s, %s" % (xid_bus(gpu["pci_address"]), code, who, message)
-
 
 def _apply_xid_effect(gpu: dict, code: int) -> None:
     if code == 79:
@@ -328,9 +311,7 @@ def apply_xid(hw: dict, code: int, gpu_index: int, pid: int | None = None, proce
     Xid implies (79: off the bus; 48/94/95: uncorrectable ECC and pending retirement/remap; 63/64: row remapper)."""
     new_hw = copy.deepcopy(hw)
     gpu = _gpu_by_index(new_hw, gpu_index)
-    lines = [xid_line(code, gpu, pid, process)]
-    if code == 79:
-        lines.append("NVRM: GPU %s: GPU has fallen off the bus." % gpu["pci_address"])
+    lines = kmsg.xid_lines(new_hw, gpu_index, code, pid, process)
     _apply_xid_effect(gpu, code)
     return new_hw, lines
 

@@ -3,19 +3,24 @@
 `run/kmsg` holds one record per line in the kernel's `/dev/kmsg` format, `<level>,<seq>,<usec since boot>,-;<text>`
 (a newline inside a message is written `\\x0a`, as the kernel does); lines in any other format are printed as they
 are. The first line may be `# boot_epoch=<float>`, the wall-clock time of the node's boot, used by `dmesg -T`.
-`run/modules` holds what `lsmod` prints. Standard library only, no `gpulab` imports.
+Lines the node core writes as `[    12.345678] text` (dmesg's own format) are read too, with the boot time from
+`run/boot.json` (`booted_at`). `lsmod` prints `run/modules.json` (`[{name, size, used_by}]`, as
+`compute_boot_state` returns them). Standard library only, no `gpulab` imports.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import sys
 import time
 
 KMSG_PATH = "/run/gpulab/kmsg"
-MODULES_PATH = "/run/gpulab/modules"
+MODULES_PATH = "/run/gpulab/modules.json"
+BOOT_INFO_PATH = "/run/gpulab/boot.json"
 RECORD_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+DMESG_LINE_RE = re.compile(r"^\[\s*(\d+)\.(\d{6})\] (.*)$")
 LEVELS = ["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
 LEVEL_INFO = 6
 LEVEL_WARNING = 4
@@ -41,8 +46,25 @@ def new_log(boot_epoch: float, messages: list) -> str:
     return "\n".join(["# boot_epoch=%.6f" % boot_epoch] + boot_records(messages)) + "\n"
 
 
+def guess_level(text: str) -> int:
+    """Level of a line logged without one: NVRM errors and rejected modules are errors, Xid lines warnings."""
+    if "rejected" in text or "failed" in text.lower():
+        return LEVEL_ERROR
+    if "NVRM: Xid" in text or "taint" in text:
+        return LEVEL_WARNING
+    return LEVEL_INFO
+
+
+def _boot_epoch_from_info(log_path: str) -> float | None:
+    try:
+        with open(os.path.join(os.path.dirname(log_path), "boot.json"), encoding="utf-8") as handle:
+            return float(json.load(handle).get("booted_at"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def read_log(path: str) -> tuple:
-    """(boot_epoch or None, [(level, usec, text)] with unparsed lines as (None, None, line))."""
+    """(boot_epoch or None, [(level, usec, text)]); lines in no known format come as (None, None, line)."""
     boot_epoch = None
     entries = []
     try:
@@ -54,11 +76,17 @@ def read_log(path: str) -> tuple:
         if line.startswith("# boot_epoch="):
             boot_epoch = float(line.split("=", 1)[1])
             continue
-        match = RECORD_RE.match(line)
-        if match:
-            entries.append((int(match.group(1)) & 7, int(match.group(3)), match.group(4).replace("\\x0a", "\n")))
+        record = RECORD_RE.match(line)
+        dmesg_line = DMESG_LINE_RE.match(line)
+        if record:
+            entries.append((int(record.group(1)) & 7, int(record.group(3)), record.group(4).replace("\\x0a", "\n")))
+        elif dmesg_line:
+            usec = int(dmesg_line.group(1)) * 1000000 + int(dmesg_line.group(2))
+            entries.append((guess_level(dmesg_line.group(3)), usec, dmesg_line.group(3)))
         elif line:
             entries.append((None, None, line))
+    if boot_epoch is None:
+        boot_epoch = _boot_epoch_from_info(path)
     return boot_epoch, entries
 
 
@@ -164,7 +192,47 @@ def lsmod_main(argv: list | None = None) -> int:
     root = os.environ.get("GPULAB_NODE_ROOT", "/")
     try:
         with open(os.path.join(root, MODULES_PATH.lstrip("/")), encoding="utf-8") as handle:
-            sys.stdout.write(handle.read())
-    except OSError:
-        sys.stdout.write("Module                  Size  Used by\n")
+            modules = json.load(handle)
+    except (OSError, ValueError):
+        modules = []
+    sys.stdout.write(render_lsmod(modules))
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ Xid lines
+
+XID_MESSAGES = {
+    13: "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    31: "channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 UNRECOGNIZED_CLIENT faulted @ "
+        "0x182400_0030198d. Fault is of type UNRECOGNIZED_FAULT UNRECOGNIZED_ACCESS_TYPE",
+    43: "Ch 00000008",
+    45: "Ch 00000008",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 "
+        "partition 7, subpartition 1.",
+    63: "Row Remapper: New row (0x00000000e8420000) marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Failed to remap row (0x00000000e8420000).",
+    74: "NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error.",
+    95: "Uncontained ECC error.",
+    109: "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+    119: "Timeout after 6s of waiting for RPC response from GPU%(index)d GSP! Expected function 76 (GSP_RM_CONTROL) "
+         "(0x20800a4c 0x4).",
+}
+
+
+def xid_bus(pci_address: str) -> str:
+    """`0000:18:00.0` -> `0000:18:00`, the form Xid lines use."""
+    return pci_address.rsplit(".", 1)[0]
+
+
+def xid_lines(hw: dict, gpu_index: int, code: int, pid: int | None = None, process: str | None = None) -> list:
+    """Kernel-log lines of Xid `code` on a GPU, in the driver's format (fixtures `xid_kernel-log_lines_*`)."""
+    gpu = next(gpu for gpu in hw["gpus"] if gpu["index"] == gpu_index)
+    who = "pid=%d, name=%s" % (pid, process) if pid else "pid='<unknown>', name=<unknown>"
+    message = XID_MESSAGES.get(code, "gpulab injected Xid %d" % code) % {"index": gpu_index}
+    lines = ["NVRM: Xid (PCI:%s): %d, %s, %s" % (xid_bus(gpu["pci_address"]), code, who, message)]
+    if code == 79:
+        lines.append("NVRM: GPU %s: GPU has fallen off the bus." % gpu["pci_address"])
+    return lines

@@ -6,11 +6,12 @@ templates (`kmod/`) and the fake `nvidia-smi` (`smi.py`) embedded.
 """
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
 import sys
+
+from gpulab.nvidia import installer
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 KMOD_TEMPLATES = ["nvidia_stub.c.in", "Kbuild.in", "dkms.conf.in"]
@@ -41,52 +42,24 @@ def runfile_text(version: str) -> str:
         "runfile)\n" % version + body
 
 
-def write_runfile(dest_dir: str, version: str) -> str:
-    """Write `dest_dir/NVIDIA-Linux-x86_64-<version>.run` (mode 0755); returns its path."""
+def write_runfile(version: str, dest_dir: str, cache_dir: str | None = None) -> str:
+    """Write `dest_dir/NVIDIA-Linux-x86_64-<version>.run` (mode 0755) and, when `cache_dir` is given, prebuild
+    the version's default kernel modules there; returns the runfile path."""
     os.makedirs(dest_dir, exist_ok=True)
     path = os.path.join(dest_dir, runfile_name(version))
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
         handle.write(runfile_text(version))
     os.chmod(path + ".tmp", 0o755)
     os.replace(path + ".tmp", path)
+    if cache_dir:
+        prebuild_modules(cache_dir, version, installer.Options(version).flavor)
     return path
 
 
-def debian_headers_dir() -> str:
-    """The newest installed Debian kernel build tree (`/usr/src/linux-headers-<ver>-amd64`)."""
-    candidates = sorted(path for path in glob.glob("/usr/src/linux-headers-*")
-                        if os.path.isfile(os.path.join(path, "Makefile")) and not path.endswith("-common"))
-    if not candidates:
-        raise RuntimeError("no kernel headers in /usr/src: apt-get install linux-headers-amd64")
-    return candidates[-1]
-
-
-def ensure_kernel_build_link(root: str, release: str | None = None, headers_dir: str | None = None) -> str:
-    """Make `/lib/modules/<running release>/build` (and `source`) in a node root point at the Debian headers, so
-    that headers are "present" for the node's kernel and kbuild/dkms build for it. Returns the link path."""
-    release = release or os.uname().release
-    headers_dir = headers_dir or debian_headers_dir()
-    module_dir = os.path.join(root, "lib/modules", release)
-    os.makedirs(module_dir, exist_ok=True)
-    link = os.path.join(module_dir, "build")
-    if os.path.islink(link) and os.readlink(link) == headers_dir:
-        return link
-    if os.path.lexists(link):
-        os.unlink(link)
-    os.symlink(headers_dir, link)
-    common = headers_dir.rsplit("-", 1)[0] + "-common"
-    source = os.path.join(module_dir, "source")
-    if os.path.isdir(common) and not os.path.lexists(source):
-        os.symlink(common, source)
-    return link
-
-
 def prebuild_modules(cache_dir: str, version: str, flavor: str, headers_dir: str | None = None) -> str:
-    """Build the unsigned stub modules for one (version, flavor) into the shared cache; returns the directory.
-    Already-built entries are reused."""
-    sys.path.insert(0, os.path.dirname(PACKAGE_DIR))
-    from gpulab.nvidia import installer
-    headers_dir = headers_dir or debian_headers_dir()
+    """Build the unsigned stub modules for one (version, flavor) into the shared cache (reused when there);
+    returns the directory."""
+    headers_dir = headers_dir or installer.debian_headers_dir()
     target = installer.cached_module_dir(cache_dir, headers_dir, version, flavor)
     if not all(os.path.exists(os.path.join(target, stem + ".ko")) for stem in installer.MODULE_FILES):
         installer.build_modules(headers_dir, version, flavor, target)
@@ -99,8 +72,8 @@ def install_driver(root: str, version: str, flavor: str | None = None, dkms: boo
     """Run the fake runfile against a node root from the host (for `gpulab up --driver`): the same program,
     flags and results as an operator running it inside the node. Raises CalledProcessError on failure."""
     runfile_dir = runfile_dir or os.path.join(root, "root")
-    path = write_runfile(runfile_dir, version)
-    ensure_kernel_build_link(root)
+    path = write_runfile(version, runfile_dir)
+    installer.ensure_kernel_build_link(root)
     argv = [sys.executable, path, "--silent", "--root", root]
     if flavor:
         argv.append("--kernel-module-type=%s" % flavor)

@@ -29,6 +29,7 @@ GPU_STATE_PATH = "/run/gpulab-firmware/gpu-state.json"
 PROC_VERSION_PATH = "/proc/driver/nvidia/version"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 NVML_LIBRARY_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+FAULTS_PATH = "/run/gpulab/faults.json"
 
 RC_SUCCESS = 0
 RC_INVALID_ARGUMENT = 2
@@ -54,6 +55,14 @@ CUDA_VERSION_BY_BRANCH = [
     (555, "12.5"), (550, "12.4"), (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"), (520, "11.8"),
     (515, "11.7"), (510, "11.6"), (495, "11.5"), (470, "11.4"), (460, "11.2"), (450, "11.0"),
 ]
+
+
+def mismatched_version(version: str) -> str:
+    """The version of "the other side" under the twin's `driver-mismatch` fault: same branch, other build."""
+    parts = version.split(".")
+    last = int(parts[-1]) if parts[-1].isdigit() else 0
+    parts[-1] = ("%02d" % (last - 1)) if last > 0 else "01"
+    return ".".join(parts)
 
 
 def driver_branch(version: str) -> int:
@@ -911,6 +920,11 @@ def main(argv: list | None = None) -> int:
     root = os.environ.get("GPULAB_NODE_ROOT", "/")
     hw = load_node_hw(root)
     kernel_version = kernel_driver_version(_read_text(_node_path(PROC_VERSION_PATH, root)))
+    faults = _read_json(_node_path(FAULTS_PATH, root), [])
+    if kernel_version and "driver-mismatch" in faults:
+        userspace = userspace_driver_version(root)
+        if userspace == kernel_version:
+            kernel_version = mismatched_version(kernel_version)
     result = run(argv, hw, kernel_version, userspace_driver_version(root), root=root)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
