@@ -195,6 +195,15 @@ def test_module_signed_by_pending_key_says_reboot_and_confirm_in_mokmanager():
     assert "mok_enrollment_pending" not in codes(diagnose(facts))
 
 
+def test_signer_is_not_judged_when_mok_lists_are_unknown():
+    facts = module_not_loaded(healthy_facts())
+    facts["secure_boot"]["source"] = "efivars"  # mokutil missing: Secure Boot state known, MOK lists not
+    facts["mok"] = {"enrolled": [], "pending": []}
+    result = diagnose(facts, unavailable=[{"source": "mokutil", "layer": 1, "reason": "mokutil not found"}])
+    assert "secure_boot_signer_not_enrolled" not in codes(result)
+    assert "data_source_unavailable" in codes(result)
+
+
 def test_module_signed_by_enrolled_key_is_not_a_secure_boot_problem():
     facts = module_not_loaded(healthy_facts())
     result = codes(diagnose(facts))
