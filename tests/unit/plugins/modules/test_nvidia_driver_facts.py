@@ -438,3 +438,11 @@ def test_empty_dmesg_is_an_empty_kernel_log_not_a_reason_to_read_the_journal(hos
     facts = host.run(capsys, gather_subset=["xid"])["ansible_facts"]["nvidia_driver"]
     assert facts["xid_events"] == [] and facts["diagnosis"] == []
     assert not [call for call in host.calls() if call.startswith("journalctl")]
+
+
+def test_xid_of_all_boots_reads_the_journal_first(host, capsys):
+    host.tool("dmesg", {"--time-format=iso": (kernel_log_without_nvidia(), 0)})
+    host.tool("journalctl", {"-k --no-pager -o short-iso": (fixture_text("xid_kernel-log_lines_from_issues.txt"), 0)})
+    facts = host.run(capsys, gather_subset=["xid"], xid_since_boot=False)["ansible_facts"]["nvidia_driver"]
+    assert 48 in [event["code"] for event in facts["xid_events"]]
+    assert host.calls() == ["journalctl -k --no-pager -o short-iso"]
