@@ -4,8 +4,8 @@
 
 """Kernel-side parsers for nvidia_driver_facts (private to this collection).
 
-Every ``parse_*`` function takes text (or bytes) and returns plain data; the two ``read_*``
-functions only walk a directory tree given to them, so tests feed them tmp_path trees.
+Every ``parse_*`` function takes text (or bytes) and returns plain data; ``read_pci_devices`` only walks
+the directory tree it is given, so tests feed it tmp_path trees.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ _PROC_VERSION_RE = re.compile(
 )
 _MODINFO_LINE_RE = re.compile(r"^(?P<key>[A-Za-z0-9_]+):\s*(?P<value>.*)$")
 _MODINFO_MULTI_KEYS = ("alias", "firmware", "parm", "import_ns", "softdep")
-_HEX_FINGERPRINT_RE = re.compile(r"^[0-9a-fA-F]{2}(?::?[0-9a-fA-F]{2}){19}$")
 _SHORT_MOK_LINE_RE = re.compile(r"^(?P<fingerprint>[0-9a-fA-F]{40})\s+(?P<subject>.+)$")
 _CN_RE = re.compile(r"(?:^|[,/]\s*)CN\s*=\s*(?P<cn>[^,/]+)")
 _DKMS_SUFFIX_RE = re.compile(r"\s*\((?P<warning>[^()]*)\)\s*$")
