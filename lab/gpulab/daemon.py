@@ -244,7 +244,7 @@ class Lab:
         written = []
         if write is not None:
             for version in versions:
-                written.append(write(version, os.path.join(self.state_dir, "runfiles"), self.cache_dir))
+                written.append(write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version))
         self.save_info(runfiles=written)
 
     def start_cluster(self) -> None:

@@ -177,7 +177,7 @@ class Node:
         self.mok_event = threading.Event()
         self.state = read_json(os.path.join(self.dir, "node.json")) or {
             "name": self.name, "ip": self.ip, "profile": self.profile, "status": "created", "boot_id": None,
-            "boots": 0, "faults": [], "mok_confirmed": False, "machine_id": uuid.uuid4().hex,
+            "boots": 0, "faults": [], "machine_id": uuid.uuid4().hex,
             "preinstall_driver": spec.get("driver"), "module_loaded": False, "kernel_driver_version": None,
             "holder_pid": None, "last_boot_s": None, "efi_before_fault": None}
 
@@ -224,9 +224,7 @@ class Node:
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
         sshkeys.generate_key(sshkeys.host_key_path(self.lab.keys_dir, self.name), "root@%s" % self.name)
         self.write_hw(self.initial_hw())
-        efi = self.initial_efi(self.hw(), secure_boot)
-        if efi is not None:
-            write_json(self.efi_path(), efi)
+        write_json(self.efi_path(), self.initial_efi(self.hw(), secure_boot))
         self.write_faults_file()
         self.save()
 
@@ -237,14 +235,13 @@ class Node:
             return {"node": self.name, "profile": profile, "efi": True, "gpus": []}
         return make_hw(self.name, profile)
 
-    def initial_efi(self, hw: dict, secure_boot: bool):
-        if not hw.get("efi", True):
-            return None
-        initial = nvidia_function(self.lab.nvidia_backend, "mok.initial_efi", self.lab.log)
+    def initial_efi(self, hw: dict, secure_boot: bool) -> dict:
+        has_efi = bool(hw.get("efi", True))
+        initial = nvidia_function(self.lab.nvidia_backend, "mok.default_efi_state", self.lab.log)
         if initial is not None:
-            return initial(hw, secure_boot)
-        return {"secure_boot": bool(secure_boot), "setup_mode": False, "enrolled": [], "pending": [],
-                "pending_delete": []}
+            return initial(efi=has_efi, secure_boot=bool(secure_boot))
+        return {"efi": has_efi, "secure_boot": bool(secure_boot) and has_efi, "setup_mode": False, "enrolled": [],
+                "pending": [], "pending_confirmed": False}
 
     # ---- boot ---------------------------------------------------------------------------------------------
     def boot(self) -> bool:
@@ -263,34 +260,39 @@ class Node:
         efi = self.efi()
         if efi is None:
             return None
-        if "secure-boot-no-key" in self.faults:
+        if "secure-boot-no-key" in self.faults and efi.get("efi", True):
             efi["secure_boot"] = True
             efi["enrolled"] = []
-        if efi.get("pending") or efi.get("pending_delete"):
-            confirmed = self.state.get("mok_confirmed")
-            if not confirmed:
-                self.lab.events.emit(self.name, "mok-manager-waiting", timeout_s=self.lab.mok_timeout_s,
-                                     pending=[key.get("subject") for key in efi.get("pending", [])])
-                self.mok_event.clear()
-                with self.lock:
-                    self.state["status"] = "mok-manager"
-                    self.save()
-                confirmed = self.mok_event.wait(self.lab.mok_timeout_s) or self.state.get("mok_confirmed")
-            if confirmed:
-                enrolled = list(efi.get("enrolled", []))
-                known = {key.get("fingerprint") for key in enrolled}
-                enrolled += [key for key in efi.get("pending", []) if key.get("fingerprint") not in known]
-                deleted = {key.get("fingerprint") for key in efi.get("pending_delete", [])}
-                efi["enrolled"] = [key for key in enrolled if key.get("fingerprint") not in deleted]
-                self.lab.events.emit(self.name, "mok-enrolled",
-                                     keys=[key.get("subject") for key in efi.get("pending", [])])
-            else:
-                self.lab.events.emit(self.name, "mok-timeout",
-                                     dropped=[key.get("subject") for key in efi.get("pending", [])])
-            efi["pending"] = []
-            efi["pending_delete"] = []
-            self.state["mok_confirmed"] = False
+        if efi.get("pending"):
+            if not efi.get("pending_confirmed"):
+                self.wait_in_mok_manager(efi)
+                efi["pending_confirmed"] = bool((self.efi() or {}).get("pending_confirmed"))
+            efi = self.apply_staged_keys(efi)
         write_json(self.efi_path(), efi)
+        return efi
+
+    def wait_in_mok_manager(self, efi: dict) -> None:
+        """MokManager waits at the console for someone to confirm (``gpulab mok-confirm``) or times out."""
+        self.lab.events.emit(self.name, "mok-manager-waiting", timeout_s=self.lab.mok_timeout_s,
+                             pending=len(efi["pending"]))
+        self.mok_event.clear()
+        with self.lock:
+            self.state["status"] = "mok-manager"
+            self.save()
+        self.mok_event.wait(self.lab.mok_timeout_s)
+
+    def apply_staged_keys(self, efi: dict) -> dict:
+        confirmed = bool(efi.get("pending_confirmed"))
+        apply = nvidia_function(self.lab.nvidia_backend, "mok.apply_staged_keys", self.lab.log)
+        if apply is not None:
+            efi, enrolled = apply(efi)
+        else:
+            enrolled = [key for key in efi["pending"] if confirmed and key not in efi["enrolled"]]
+            efi = dict(efi, enrolled=efi["enrolled"] + enrolled, pending=[], pending_confirmed=False)
+        if confirmed:
+            self.lab.events.emit(self.name, "mok-enrolled", keys=len(enrolled))
+        else:
+            self.lab.events.emit(self.name, "mok-timeout", dropped="staged keys not confirmed at the console")
         return efi
 
     def boot_request(self, efi, boot_id: str) -> dict:
@@ -440,8 +442,13 @@ class Node:
         return max(0.0, time.time() - boot.get("booted_at", time.time()))
 
     def append_kmsg(self, messages: list) -> None:
+        path = os.path.join(self.run_dir, "kmsg")
+        append = nvidia_function(self.lab.nvidia_backend, "kmsg.append")
+        if append is not None:
+            append(path, messages)
+            return
         uptime_s = self.seconds_since_boot()
-        with open(os.path.join(self.run_dir, "kmsg"), "a") as stream:
+        with open(path, "a") as stream:
             for message in messages:
                 stream.write("[%12.6f] %s\n" % (uptime_s, message))
 
@@ -480,40 +487,49 @@ class Node:
                 self.lab.events.emit(self.name, "clear", fault=one)
             return cleared
 
-    def _xid_messages(self, code: int, gpu_index: int) -> list:
-        hw = self.hw()
-        lines = nvidia_function(self.lab.nvidia_backend, "kmsg.xid_lines")
-        if lines is not None:
-            return lines(hw, gpu_index, code, None, None)
-        gpus = hw.get("gpus") or []
-        address = gpus[gpu_index]["pci_address"] if gpu_index < len(gpus) else "0000:%02x:00.0" % (0x18 + gpu_index)
-        text = XID_TEXTS.get(code, "Unknown Xid event")
-        return ["NVRM: Xid (PCI:%s): %d, pid='<unknown>', name=<unknown>, %s" % (address.rsplit(".", 1)[0], code, text)]
-
     def _apply_xid(self, code: int, gpu_index: int) -> dict:
-        gpus = self.hw().get("gpus") or []
+        hw = self.hw()
+        gpus = hw.get("gpus") or []
         if gpus and gpu_index >= len(gpus):
             raise FaultError("node %s has %d GPUs; no GPU index %d" % (self.name, len(gpus), gpu_index))
-        messages = self._xid_messages(code, gpu_index)
+        apply_xid = nvidia_function(self.lab.nvidia_backend, "boot.apply_xid", self.lab.log)
+        if apply_xid is not None and gpus:
+            new_hw, messages = apply_xid(hw, code, gpu_index)
+        else:
+            new_hw, messages = self._fallback_xid(hw, code, gpu_index)
         if self.holder_pid:
             self.append_kmsg(messages)
-        if code == 79 and gpus:
-            self._set_on_bus(gpu_index, False)
+        self.write_hw(new_hw)
+        if self.holder_pid and code == 79:
+            self.reapply_device_views(new_hw)
         return {"gpu_index": gpu_index, "kmsg": messages}
 
-    def _clear_xid(self, code: int, gpu_index: int) -> None:
-        if code == 79 and self.hw().get("gpus"):
-            self._set_on_bus(gpu_index, True)
+    def _fallback_xid(self, hw: dict, code: int, gpu_index: int) -> tuple:
+        gpus = hw.get("gpus") or []
+        address = gpus[gpu_index]["pci_address"] if gpus else "0000:%02x:00.0" % (0x18 + gpu_index)
+        text = XID_TEXTS.get(code, "Unknown Xid event")
+        if code == 79 and gpus:
+            hw = copy.deepcopy(hw)
+            hw["gpus"][gpu_index]["on_bus"] = False
+        return hw, ["NVRM: Xid (PCI:%s): %d, pid='<unknown>', name=<unknown>, %s"
+                    % (address.rsplit(".", 1)[0], code, text)]
 
-    def _set_on_bus(self, gpu_index: int, on_bus: bool) -> None:
+    def _clear_xid(self, code: int, gpu_index: int) -> None:
+        """A GPU reset: the GPU is back on the bus, volatile error state cleared."""
         hw = self.hw()
-        hw["gpus"][gpu_index]["on_bus"] = on_bus
+        if not hw.get("gpus"):
+            return
+        reset = nvidia_function(self.lab.nvidia_backend, "boot.clear_gpu_faults", self.lab.log)
+        if reset is not None:
+            hw = reset(hw, gpu_index)
+        else:
+            hw["gpus"][gpu_index]["on_bus"] = True
         self.write_hw(hw)
-        if self.holder_pid:
+        if self.holder_pid and code == 79:
             self.reapply_device_views(hw)
 
     def reapply_device_views(self, hw: dict) -> None:
-        """PCI functions and /dev/nvidia* of the running node after the hardware changed (Xid 79 and back)."""
+        """PCI functions of the running node after the hardware changed (Xid 79 and its clear)."""
         compute = nvidia_function(self.lab.nvidia_backend, "boot.compute_boot_state", self.lab.log)
         if compute is None:
             return
@@ -527,12 +543,7 @@ class Node:
         from gpulab import nsinit
         nsinit.make_pci_devices(self.root_path("/"), [d for d in state.get("pci_devices") or []
                                                       if not os.path.exists(os.path.join(pci_dir, d["address"]))])
-        wanted_dev = {node["path"] for node in state.get("dev_nodes") or []}
-        dev_dir = self.root_path("/dev")
-        for name in os.listdir(dev_dir):
-            if name.startswith("nvidia") and "/dev/" + name not in wanted_dev and \
-                    not os.path.isdir(os.path.join(dev_dir, name)):
-                os.unlink(os.path.join(dev_dir, name))
+        # /dev/nvidia* stay as they were (device files outlive a GPU that fell off the bus); add missing ones
         nsinit.make_nvidia_dev_nodes(self.root_path("/"), [node for node in state.get("dev_nodes") or []
                                                            if not os.path.lexists(self.root_path(node["path"]))])
 
@@ -593,15 +604,17 @@ class Node:
     # ---- MOK ----------------------------------------------------------------------------------------------
     def mok_confirm(self) -> str:
         """The operator at the console accepts the staged MOK keys (now in MokManager, or at next boot)."""
-        efi = self.efi() or {}
-        if not (efi.get("pending") or efi.get("pending_delete")):
-            raise FaultError("node %s has no MOK key staged (run `mokutil --import KEY.der` on it first)" % self.name)
-        self.state["mok_confirmed"] = True
-        self.save()
-        waiting = self.status == "mok-manager"
-        self.lab.events.emit(self.name, "mok-confirm", at="console" if waiting else "next boot")
+        with self.lock:
+            efi = self.efi() or {}
+            if not efi.get("pending"):
+                raise FaultError("node %s has no MOK key staged (run `mokutil --import KEY.der` on it first)"
+                                 % self.name)
+            efi["pending_confirmed"] = True
+            write_json(self.efi_path(), efi)
+            waiting = self.status == "mok-manager"
+            self.lab.events.emit(self.name, "mok-confirm", at="console" if waiting else "next boot")
         self.mok_event.set()
-        return "confirmed in MokManager" if waiting else "will be confirmed at the next boot"
+        return "confirmed in MokManager" if waiting else "will be enrolled at the next boot"
 
     # ---- report -------------------------------------------------------------------------------------------
     def summary(self) -> dict:

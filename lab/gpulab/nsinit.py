@@ -29,9 +29,10 @@ MS_BIND = 4096
 
 SSHD_DIR = "/run/sshd-gpulab"
 CONTROL_DIR = "/run/gpulab-control"
+REAPER_PATH = "/run/gpulab-init"
 
 # PID 1 of the node once setup is done: reaps orphans; SIGTERM ends the node (kill(-1) = all of the namespace).
-REAPER = r"""
+REAPER = r"""# PID 1 of a gpulab node twin (written at each boot by gpulab.nsinit)
 import os, signal, time
 def stop(*_):
     try:
@@ -139,6 +140,10 @@ def call_nvidia(backend: str, dotted: str, *args, **kwargs):
     return function(*args, **kwargs)
 
 
+def has_efi(req: dict) -> bool:
+    return req["efi"] is not None and bool(req["efi"].get("efi", True))
+
+
 def empty_boot_state() -> dict:
     return {"module_loaded": False, "kernel_driver_version": None, "files": {}, "pci_devices": [],
             "dev_nodes": [], "modules": [], "kmsg": []}
@@ -147,7 +152,8 @@ def empty_boot_state() -> dict:
 def compute_state(req: dict, merged: str) -> dict:
     backend = req["nvidia_backend"]
     if req.get("preinstall_driver"):
-        call_nvidia(backend, "installer.preinstall", merged, req["preinstall_driver"], req["cache_dir"])
+        call_nvidia(backend, "runfile.install_driver", root=merged, version=req["preinstall_driver"],
+                    cache_dir=req["cache_dir"])
     state = call_nvidia(backend, "boot.compute_boot_state", root=merged, hw=req["hw"], efi=req["efi"],
                         faults=req["faults"])
     result = empty_boot_state()
@@ -156,28 +162,50 @@ def compute_state(req: dict, merged: str) -> dict:
     return result
 
 
-def kernel_log(req: dict, state: dict) -> list:
-    """This boot's kernel log: a few generic lines, then what the NVIDIA layer logged at module load."""
-    messages = ["Linux version %s (gpulab node twin %s)" % (os.uname().release, req["name"]),
-                "Command line: BOOT_IMAGE=/boot/vmlinuz-%s root=/dev/vda ro quiet" % os.uname().release]
-    if req["efi"] is not None:
+def generic_boot_messages(req: dict) -> list:
+    """The first lines of every boot's kernel log (before the NVIDIA layer's own)."""
+    release = os.uname().release
+    messages = ["Linux version %s (gpulab node twin %s)" % (release, req["name"]),
+                "Command line: BOOT_IMAGE=/boot/vmlinuz-%s root=/dev/vda ro quiet" % release]
+    if has_efi(req):
         messages.append("secureboot: Secure boot %s" % ("enabled" if req["efi"].get("secure_boot") else "disabled"))
-    messages += list(state.get("kmsg") or [])
-    return ["[%12.6f] %s" % (0.5 + index * 0.0137, message) for index, message in enumerate(messages)]
+    return messages
+
+
+def kernel_log_text(req: dict, state: dict, booted_at: float) -> str:
+    """run/kmsg: /dev/kmsg records when the NVIDIA layer gives them (``kmsg_records``), else dmesg lines."""
+    generic = generic_boot_messages(req)
+    records = state.get("kmsg_records")
+    if records is not None:
+        lines = ["# boot_epoch=%.6f" % booted_at]
+        lines += ["6,%d,%d,-;%s" % (seq, 500000 + seq * 13717, text) for seq, text in enumerate(generic)]
+        for seq, record in enumerate(records, start=len(generic)):
+            level, _old_seq, rest = record.split(",", 2)
+            lines.append("%s,%d,%s" % (level, seq, rest))
+        return "\n".join(lines) + "\n"
+    messages = generic + list(state.get("kmsg") or [])
+    return "".join("[%12.6f] %s\n" % (0.5 + index * 0.0137, message) for index, message in enumerate(messages))
 
 
 def publish_run_files(req: dict, state: dict) -> None:
     """The node's read-only /run/gpulab (host side: nodes/<name>/run/), rewritten at each boot."""
     run_dir = req["run_dir"]
+    booted_at = time.time()
     with open(os.path.join(run_dir, "boot.json"), "w") as stream:
-        json.dump({"boot_id": req["boot_id"], "booted_at": time.time(), "state": state, "faults": req["faults"]},
+        json.dump({"boot_id": req["boot_id"], "booted_at": booted_at, "state": state, "faults": req["faults"]},
                   stream, indent=1, sort_keys=True)
     with open(os.path.join(run_dir, "modules.json"), "w") as stream:
         json.dump(state.get("modules") or [], stream, indent=1)
     with open(os.path.join(run_dir, "kmsg"), "w") as stream:
-        stream.write("".join(line + "\n" for line in kernel_log(req, state)))
+        stream.write(kernel_log_text(req, state, booted_at))
     with open(os.path.join(run_dir, "boot_id"), "w") as stream:
         stream.write(req["boot_id"] + "\n")
+    if state.get("efi") is not None:
+        # MokManager's result as the NVIDIA layer computed it: the NVRAM of the next boot
+        efi_path = os.path.join(req["firmware_dir"], "efi.json")
+        with open(efi_path + ".tmp", "w") as stream:
+            json.dump(state["efi"], stream, indent=1, sort_keys=True)
+        os.replace(efi_path + ".tmp", efi_path)
 
 
 def make_dev(merged: str, dev_nodes: list) -> None:
@@ -236,7 +264,7 @@ def mount_views(req: dict, merged: str, state: dict) -> None:
     firmware_dir = in_root(merged, "/sys/firmware")
     mount("tmpfs", firmware_dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
     os.makedirs(os.path.join(firmware_dir, "acpi"))
-    if req["efi"] is not None:
+    if has_efi(req):
         os.makedirs(os.path.join(firmware_dir, "efi", "efivars"))
     make_pci_devices(merged, state.get("pci_devices") or [])
     make_dev(merged, state.get("dev_nodes") or [])
@@ -328,6 +356,10 @@ def prepare_sshd(req: dict, merged: str) -> None:
     write_file(os.path.join(sshd_dir, "sshd_config"), sshd_config_text(req), 0o600)
 
 
+def install_reaper(merged: str) -> None:
+    write_file(in_root(merged, REAPER_PATH), REAPER, 0o755)
+
+
 def start_sshd() -> None:
     """Daemonized sshd (its parent exits once the listen socket is bound); it becomes a child of PID 1."""
     subprocess.run(["/usr/sbin/sshd", "-f", SSHD_DIR + "/sshd_config", "-E", SSHD_DIR + "/sshd.log"],
@@ -351,6 +383,7 @@ def boot(req: dict) -> dict:
     install_power_commands(merged)
     install_fake_binaries(req, merged)
     prepare_sshd(req, merged)
+    install_reaper(merged)
     os.chroot(merged)
     os.chdir("/")
     if req["start_sshd"]:
@@ -375,7 +408,7 @@ def main(argv: list) -> int:
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    os.execv("/usr/bin/python3", ["gpulab-init", "-S", "-c", REAPER])
+    os.execv("/usr/bin/python3", ["/usr/bin/python3", "-S", REAPER_PATH])
     return 0
 
 
