@@ -89,8 +89,9 @@ def new_gpu(node_name: str, model_key: str, index: int, pci_address: str) -> dic
         "persistence_mode": False,
         "compute_mode": "Default",
         "mig_capable": bool(model["mig_profiles"]),
-        "mig_mode_current": False,
-        "mig_mode_pending": False,
+        # NVML reports MIG mode N/A on GPUs without MIG
+        "mig_mode_current": False if model["mig_profiles"] else None,
+        "mig_mode_pending": False if model["mig_profiles"] else None,
         "mig_devices": [],
         "ecc_volatile_uncorrectable": 0,
         "ecc_aggregate_uncorrectable": 0,
