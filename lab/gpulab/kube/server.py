@@ -91,6 +91,7 @@ def _int_param(query: Dict[str, List[str]], name: str) -> Optional[int]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = 64 * 1024   # headers and body leave in one TLS record; handle_one_request flushes
     server_version = "gpulab-kube"
     api: "ApiServer"
 
@@ -533,6 +534,7 @@ class _TLSServer(ThreadingHTTPServer):
 
     def get_request(self):
         sock, address = self.socket.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(DEFAULT_WATCH_TIMEOUT_S + 60)
         # the handshake runs in the request thread, so a slow client cannot stall accept()
         return self._context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
