@@ -10,6 +10,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 TREE ?= $(or $(TMPDIR),/tmp)/gpuops-nvidia-$(shell printf %s "$(CURDIR)" | md5sum | cut -c1-8)
 COLLECTION_DIR := $(TREE)/ansible_collections/gpuops/nvidia
 SANITY_PYTHON ?= 3.11
+TARGET_PYTHONS ?= 3.9 3.10 3.12 3.13
 PYTEST_LAB ?= -q
 STATE_DIR ?= $(CURDIR)/lab-state
 
@@ -39,6 +40,18 @@ tree: venv
 sanity: tree
 	bash hack/ansible-test-offline-pip.sh
 	cd $(COLLECTION_DIR) && $(BIN)/ansible-test sanity --color no --python $(SANITY_PYTHON)
+	@# The modules run on the targets' Python (3.9+): compile them with every such interpreter found here
+	@# (on PATH, or installed by pyenv, whose shims answer only for the selected version).
+	@rm -rf $(TREE)/pythons && mkdir -p $(TREE)/pythons; \
+	for version in $(TARGET_PYTHONS); do \
+	  found=""; \
+	  for candidate in $$(command -v python$$version) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$version.*/bin/python$$version 2>/dev/null); do \
+	    if $$candidate -V >/dev/null 2>&1; then found=$$candidate; break; fi; \
+	  done; \
+	  if [ -z "$$found" ]; then echo "python$$version not found: compile check for it skipped"; continue; fi; \
+	  ln -s "$$found" $(TREE)/pythons/python$$version; \
+	  (cd $(COLLECTION_DIR) && PATH=$(TREE)/pythons:$$PATH $(BIN)/ansible-test sanity --color no --test compile --python $$version) || exit 1; \
+	done
 
 units: tree
 	cd $(COLLECTION_DIR) && $(BIN)/ansible-test units --color no --python $(SANITY_PYTHON)
