@@ -215,8 +215,12 @@ def test_gfd_labels_and_boot_id_follow_a_driver_upgrade_and_reboot(make_cluster)
     assert labels["nvidia.com/mig.capable"] == "true"
     old_boot_id = views[0].boot_id()
     views[0].reboot(driver_version="570.86.15")
-    node = wait_for(lambda: store.get("nodes", "gpu-0")["metadata"]["labels"].get(
-        "nvidia.com/cuda.driver-version.full") == "570.86.15" and store.get("nodes", "gpu-0"), what="new driver labels")
+    def node_after_reboot():
+        node = store.get("nodes", "gpu-0")
+        done = node["metadata"]["labels"].get("nvidia.com/cuda.driver-version.full") == "570.86.15" and \
+            node["status"]["nodeInfo"]["bootID"] == views[0].boot_id()
+        return node if done else None
+    node = wait_for(node_after_reboot, what="new driver labels and bootID")
     assert node["metadata"]["labels"]["nvidia.com/cuda.driver-version.major"] == "570"
     assert node["metadata"]["labels"]["nvidia.com/cuda.driver-version.revision"] == "15"
     assert node["status"]["nodeInfo"]["bootID"] == views[0].boot_id() != old_boot_id
