@@ -205,7 +205,10 @@ def test_label_selector_objects_null_matches_nothing_and_empty_matches_everythin
 def test_field_selectors_on_node_name_phase_unschedulable_and_not_equal(store):
     for name, node, phase in (("a", "gpu-1", "Running"), ("b", "gpu-2", "Running"), ("c", None, "Pending")):
         store.create("pods", _pod(name, node, phase=phase), "default")
-    names = lambda selector: [p["metadata"]["name"] for p in store.list("pods", field_selector=selector)[0]]  # noqa: E731
+
+    def names(selector):
+        return [pod["metadata"]["name"] for pod in store.list("pods", field_selector=selector)[0]]
+
     assert names("spec.nodeName=gpu-1") == ["a"]
     assert names("spec.nodeName=") == ["c"]
     assert names("status.phase!=Running") == ["c"]

@@ -27,6 +27,9 @@ _SUBRESOURCE_SHAPES = {
 }
 
 
+_CATEGORY_ALL = ("pods", "deployments", "daemonsets", "replicasets", "statefulsets", "services", "jobs")
+
+
 def group_versions() -> List[Tuple[str, str]]:
     """Every (group, version) served, core first."""
     seen: List[Tuple[str, str]] = []
@@ -78,8 +81,7 @@ def resource_list(group: str, version: str) -> Optional[dict]:
                  "kind": info["kind"], "verbs": info["verbs"]}
         if info["shortNames"]:
             entry["shortNames"] = info["shortNames"]
-        if info["group"] in ("", "apps") and info["plural"] in ("pods", "deployments", "daemonsets",
-                                                                  "replicasets", "statefulsets"):
+        if info["plural"] in _CATEGORY_ALL:
             entry["categories"] = ["all"]
         entry["storageVersionHash"] = hashlib.sha256(info["kind"].encode()).hexdigest()[:11]
         resources.append(entry)
@@ -92,13 +94,15 @@ def resource_list(group: str, version: str) -> Optional[dict]:
 
 # ---------------------------------------------------------------- OpenAPI
 
+_OPENAPI_PACKAGES = {"": "io.k8s.api.core", "apps": "io.k8s.api.apps", "policy": "io.k8s.api.policy",
+                     "coordination.k8s.io": "io.k8s.api.coordination", "events.k8s.io": "io.k8s.api.events",
+                     "batch": "io.k8s.api.batch", "rbac.authorization.k8s.io": "io.k8s.api.rbac",
+                     "node.k8s.io": "io.k8s.api.node", "resource.k8s.io": "io.k8s.api.resource"}
+
+
 def _openapi_definition_name(info: dict) -> str:
     group = info["group"] or "core"
-    package = {"": "io.k8s.api.core", "apps": "io.k8s.api.apps", "policy": "io.k8s.api.policy",
-               "coordination.k8s.io": "io.k8s.api.coordination", "events.k8s.io": "io.k8s.api.events",
-               "batch": "io.k8s.api.batch", "rbac.authorization.k8s.io": "io.k8s.api.rbac",
-               "node.k8s.io": "io.k8s.api.node", "resource.k8s.io": "io.k8s.api.resource"}.get(info["group"],
-                                                                                              "io.gpulab." + group)
+    package = _OPENAPI_PACKAGES.get(info["group"], "io.gpulab." + group)
     return "%s.%s.%s" % (package, info["version"], info["kind"])
 
 

@@ -17,8 +17,8 @@ def kubeconfig_document(url: str, ca_pem: str, token: str, cluster_name: str = C
             "server": url,
             "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode()}}],
         "users": [{"name": USER_NAME, "user": {"token": token}}],
-        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": USER_NAME,
-                                                         "namespace": "default"}}],
+        "contexts": [{"name": cluster_name,
+                      "context": {"cluster": cluster_name, "user": USER_NAME, "namespace": "default"}}],
         "current-context": cluster_name,
         "preferences": {},
     }

@@ -38,6 +38,7 @@ MERGE_KEYS = {
 
 # ---------------------------------------------------------------- JSON merge patch (RFC 7386)
 
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """Apply an RFC 7386 merge patch; returns a new value, ``target`` is left unchanged."""
     if not isinstance(patch, dict):

@@ -249,8 +249,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, document)
             return True
         if parts[0] == "apis" and len(parts) in (2, 3):
-            document = discovery.api_group(parts[1]) if len(parts) == 2 else discovery.resource_list(parts[1],
-                                                                                                       parts[2])
+            if len(parts) == 2:
+                document = discovery.api_group(parts[1])
+            else:
+                document = discovery.resource_list(parts[1], parts[2])
             if document is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, document)
@@ -299,7 +301,7 @@ class _Handler(BaseHTTPRequestHandler):
             limit=_int_param(query, "limit"), continue_token=_first(query, "continue"))
         if self._wants_table():
             table = table_for(route.resource, [json.loads(raw) for raw in raw_items],
-                                     include_object=_first(query, "includeObject", "PartialObjectMetadata"))
+                              include_object=_first(query, "includeObject", "PartialObjectMetadata"))
             table["metadata"] = _list_metadata(list_rv, token, remaining)
             self._send_json(200, table)
             return
@@ -396,8 +398,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._verb = "get"
             obj = store.get(route.resource, route.name, route.namespace)
             if self._wants_table():
-                self._send_json(200, table_for(route.resource, [obj],
-                                                      _first(query, "includeObject", "PartialObjectMetadata")))
+                include_object = _first(query, "includeObject", "PartialObjectMetadata")
+                self._send_json(200, table_for(route.resource, [obj], include_object))
             else:
                 self._send_json(200, obj)
         elif self.command == "PUT":
@@ -504,13 +506,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, _scale_of(store.get(route.resource, route.name, route.namespace)))
 
 
+_SCALE_METADATA_KEYS = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+
+
 def _scale_of(obj: dict) -> dict:
     metadata = obj["metadata"]
     selector = (obj.get("spec") or {}).get("selector") or {}
     selector_text = ",".join("%s=%s" % item for item in sorted((selector.get("matchLabels") or {}).items()))
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
-                                                         "creationTimestamp") if key in metadata},
+            "metadata": {key: metadata[key] for key in _SCALE_METADATA_KEYS if key in metadata},
             "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
             "status": {"replicas": (obj.get("status") or {}).get("replicas", 0), "selector": selector_text}}
 
