@@ -116,27 +116,41 @@ def kill_pids(pids: list, sig=signal.SIGTERM) -> None:
             pass
 
 
-def kill_node_processes(state_dir: str) -> None:
-    """Every process of every node of this state dir (from node.json), whoever started it."""
+def running_nodes(state_dir: str) -> list:
+    """[(node.json dict, pid namespace)] of this state dir's nodes whose PID 1 still runs."""
     own_namespace = pid_namespace(os.getpid())
     nodes_dir = os.path.join(state_dir, "nodes")
+    running = []
     for name in sorted(os.listdir(nodes_dir)) if os.path.isdir(nodes_dir) else []:
-        holder = (read_json(os.path.join(nodes_dir, name, "node.json")) or {}).get("holder_pid")
-        namespace = pid_namespace(holder) if holder else None
+        node = read_json(os.path.join(nodes_dir, name, "node.json")) or {}
+        namespace = pid_namespace(node["holder_pid"]) if node.get("holder_pid") else None
         if namespace and namespace != own_namespace:
-            kill_pids(pids_in_namespace(namespace), signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            while pids_in_namespace(namespace) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            running.append((node, namespace))
+    return running
+
+
+def kill_ssh_clients_of_running_nodes(state_dir: str) -> None:
+    """Host ssh clients (ControlPersist masters) of our nodes, while our sshds still hold the addresses: once a
+    node is gone another lab may take its address, and its clients are not ours to kill."""
+    ips = [node["ip"] for node, _namespace in running_nodes(state_dir)]
+    if ips:
+        kill_pids(ssh_clients_of(ips))
+
+
+def kill_node_processes(state_dir: str) -> None:
+    """Every process of every node of this state dir (from node.json), whoever started it."""
+    for _node, namespace in running_nodes(state_dir):
+        kill_pids(pids_in_namespace(namespace), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pids_in_namespace(namespace) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def cleanup_state_dir(state_dir: str, keep_logs: bool = False) -> dict:
     """Remove every process, mount and file a lab made in ``state_dir`` (also when its daemon is gone)."""
     lab = read_json(os.path.join(state_dir, LAB_FILE)) or {}
+    kill_ssh_clients_of_running_nodes(state_dir)
     kill_node_processes(state_dir)
-    ips = [node["ip"] for node in lab.get("nodes", [])]
-    if ips:
-        kill_pids(ssh_clients_of(ips))
     left_mounts = unmount_all_under(state_dir)
     keep = set(lab.get("preexisting", []))
     if keep_logs:
@@ -401,6 +415,7 @@ class Lab:
                 self.cluster.stop()
             except Exception:
                 self.log("kube twin stop failed:\n" + traceback.format_exc())
+        kill_ssh_clients_of_running_nodes(self.state_dir)
         for node in self.nodes:
             node.shutdown(reason="lab down")
         self.events.emit("lab", "lab-down")

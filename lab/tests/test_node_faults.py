@@ -51,7 +51,7 @@ def test_xid_fault_appends_a_real_format_nvrm_line_to_the_kernel_log(lab):
     node = "gpu-node-01"
     lab.gpulab("fault", node, "xid:48:1")
     try:
-        last = lab.ssh(node, "tail -n1 /run/gpulab/kmsg").stdout.rstrip("\n")
+        last = [line for line in lab.ssh(node, "dmesg").stdout.splitlines() if "Xid" in line][-1]
         match = XID_LINE.match(last)
         assert match and match.group(1) == "48", last
         assert "double bit error" in last
@@ -66,15 +66,20 @@ def test_xid_79_takes_the_gpu_off_the_bus_until_cleared(lab):
     node = "gpu-node-01"
     lab.gpulab("fault", node, "xid:79")
     try:
-        assert "GPU has fallen off the bus" in lab.ssh(node, "tail -n1 /run/gpulab/kmsg").stdout
+        xid_lines = [line for line in lab.ssh(node, "dmesg").stdout.splitlines() if "Xid" in line]
+        assert XID_LINE.match(xid_lines[-1]).group(1) == "79" and "fallen off the bus" in xid_lines[-1]
         hw = json.loads(lab.ssh(node, "cat /run/gpulab/hw.json").stdout)
         if hw["gpus"]:
             assert hw["gpus"][0]["on_bus"] is False
             assert all(gpu["on_bus"] for gpu in hw["gpus"][1:])
+            pci = lab.ssh(node, "ls /sys/bus/pci/devices").stdout.split()
+            assert hw["gpus"][0]["pci_address"] not in pci and hw["gpus"][1]["pci_address"] in pci
     finally:
         lab.gpulab("clear", node, "xid:79")
     hw = json.loads(lab.ssh(node, "cat /run/gpulab/hw.json").stdout)
     assert all(gpu["on_bus"] for gpu in hw["gpus"])
+    pci = lab.ssh(node, "ls /sys/bus/pci/devices").stdout.split()
+    assert all(gpu["pci_address"] in pci for gpu in hw["gpus"])
 
 
 def test_xid_on_a_gpu_the_node_does_not_have_is_refused(lab):
@@ -135,7 +140,8 @@ def test_secure_boot_no_key_turns_secure_boot_on_and_empties_the_mok_list_at_nex
         assert after["secure_boot"] is True and after["enrolled"] == []
         boot = json.loads(lab.ssh(node, "cat /run/gpulab/boot.json").stdout)
         assert "secure-boot-no-key" in boot["faults"]
-        assert "Secure boot enabled" in lab.ssh(node, "cat /run/gpulab/kmsg").stdout
+        assert "Secure boot enabled" in lab.ssh(node, "dmesg").stdout
+        assert lab.ssh(node, "mokutil --sb-state").stdout.strip() == "SecureBoot enabled"
     finally:
         lab.gpulab("clear", node, "secure-boot-no-key")
     restored = json.loads(lab.ssh(node, "cat /run/gpulab-firmware/efi.json").stdout)

@@ -1,0 +1,149 @@
+"""An operator's driver install on a Secure Boot node, end to end through reboots, MokManager and the facts module.
+
+One fresh 1-node lab with Secure Boot on: blacklist nouveau and reboot; install the runfile driver signed with
+a new MOK key and reboot (the kernel rejects the module: key not enrolled); stage the key with
+``mokutil --import``, reboot, confirm at the console while MokManager waits (``gpulab mok-confirm``): the
+module loads. What the operator sees at each step is recorded once and asserted by the tests below;
+``nvidia_driver_facts`` runs on the node at the rejected and at the loaded step.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+
+import pytest
+
+from conftest import REPO_DIR, start_lab, stop_lab
+
+NODE = "gpu-node-01"
+DRIVER = "615.71.09"
+RUNFILE = "/root/NVIDIA-Linux-x86_64-%s.run" % DRIVER
+MOK_SUBJECT = "gpulab operator signing key"
+
+
+def observe(lab) -> dict:
+    """What an operator checks on the node, plus the module's facts."""
+    return {
+        "smi": lab.ssh(NODE, "nvidia-smi", check=False),
+        "dmesg": lab.ssh(NODE, "dmesg").stdout,
+        "lsmod": lab.ssh(NODE, "lsmod").stdout,
+        "proc_version": lab.ssh(NODE, "cat /proc/driver/nvidia/version", check=False),
+        "modinfo": lab.ssh(NODE, "modinfo nvidia", check=False).stdout,
+        "sb_state": lab.ssh(NODE, "mokutil --sb-state", check=False).stdout.strip(),
+        "enrolled": lab.ssh(NODE, "mokutil --list-enrolled", check=False).stdout,
+        "facts": driver_facts(lab),
+        "status": lab.node_status(NODE),
+    }
+
+
+def driver_facts(lab):
+    if not os.path.exists(os.path.join(REPO_DIR, "plugins", "modules", "nvidia_driver_facts.py")):
+        return None
+    done = lab.ansible(NODE, "gpuops.nvidia.nvidia_driver_facts",
+                       env={"ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO_DIR, ".tree")})
+    # ad-hoc output: "gpu-node-01 | SUCCESS => {json}"
+    result = json.loads(done.stdout.split("=>", 1)[1])
+    return result["ansible_facts"]["nvidia_driver"]
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    state_dir = str(tmp_path_factory.mktemp("sb") / "state")
+    lab = start_lab(state_dir, "--nodes", "1", "--secure-boot", "--boot-delay", "0.3", "--mok-timeout", "30")
+    steps = {}
+    try:
+        steps["fresh"] = {"lsmod": lab.ssh(NODE, "lsmod").stdout, "sb_state": lab.ssh(NODE, "mokutil --sb-state").stdout}
+        lab.ssh(NODE, "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /etc/modprobe.d/blacklist-nouveau.conf")
+        lab.reboot_from_inside(NODE)
+        lab.ssh(NODE, "openssl req -new -x509 -newkey rsa:2048 -nodes -days 3650 -subj '/CN=%s/' "
+                      "-keyout /root/MOK.priv -outform DER -out /root/MOK.der 2>/dev/null" % MOK_SUBJECT)
+        subprocess_copy(lab, os.path.join(state_dir, "runfiles", os.path.basename(RUNFILE)), RUNFILE)
+        steps["install"] = lab.ssh(NODE, "sh %s --silent --module-signing-secret-key=/root/MOK.priv "
+                                         "--module-signing-public-key=/root/MOK.der" % RUNFILE, check=False)
+        lab.reboot_from_inside(NODE)
+        steps["rejected"] = observe(lab)
+        lab.ssh(NODE, "mokutil --import /root/MOK.der --root-pw")
+        steps["staged"] = lab.ssh(NODE, "mokutil --list-new").stdout
+        since = time.time()
+        lab.ssh(NODE, "reboot")
+        lab.wait_status(NODE, "mok-manager")
+        steps["confirm"] = lab.gpulab("mok-confirm", NODE).stdout
+        lab.wait_event(NODE, "up", since)
+        lab.wait_status(NODE, "up")
+        steps["loaded"] = observe(lab)
+        steps["events"] = lab.events(node=NODE, since=since)
+        steps["mok_der"] = lab.ssh(NODE, "base64 -w0 /root/MOK.der").stdout.strip()
+        yield steps
+    finally:
+        stop_lab(lab)
+
+
+def subprocess_copy(lab, source: str, target: str) -> None:
+    import subprocess
+    subprocess.run(["scp", "-q", "-F", os.path.join(lab.state_dir, "ssh_config"), source, "%s:%s" % (NODE, target)],
+                   check=True, timeout=60)
+
+
+def test_fresh_secure_boot_node_runs_nouveau_and_reports_secure_boot(flow):
+    assert "nouveau" in flow["fresh"]["lsmod"]
+    assert flow["fresh"]["sb_state"].strip() == "SecureBoot enabled"
+
+
+def test_runfile_installs_on_a_node_without_nouveau(flow):
+    assert flow["install"].returncode == 0, flow["install"].stdout + flow["install"].stderr
+
+
+def test_module_signed_by_a_key_not_enrolled_is_rejected_and_the_kernel_log_says_why(flow):
+    seen = flow["rejected"]
+    assert "Loading of module with unavailable key is rejected" in seen["dmesg"]
+    assert "nvidia " not in seen["lsmod"]
+    assert seen["smi"].returncode != 0 and "couldn't communicate with the NVIDIA driver" in seen["smi"].stdout
+    assert seen["proc_version"].returncode != 0
+    assert "signer:" in seen["modinfo"] and MOK_SUBJECT in seen["modinfo"]
+    assert seen["status"]["module_loaded"] is False
+
+
+def test_staged_key_is_listed_until_the_console_confirms_it(flow):
+    assert MOK_SUBJECT in flow["staged"]
+    assert "confirmed in MokManager" in flow["confirm"]
+    kinds = [event["kind"] for event in flow["events"]]
+    assert kinds.index("mok-manager-waiting") < kinds.index("mok-confirm") < kinds.index("mok-enrolled") \
+        < kinds.index("up")
+
+
+def test_after_enrolment_the_module_loads_and_nvidia_smi_talks_to_it(flow):
+    seen = flow["loaded"]
+    assert seen["smi"].returncode == 0 and "Driver Version: %s" % DRIVER in seen["smi"].stdout
+    assert DRIVER in seen["proc_version"].stdout
+    assert seen["lsmod"].splitlines()[1:] and any(line.split()[0] == "nvidia" for line in seen["lsmod"].splitlines()[1:])
+    assert MOK_SUBJECT in seen["enrolled"]
+    assert seen["status"]["module_loaded"] is True and seen["status"]["kernel_driver_version"] == DRIVER
+
+
+def test_facts_module_reads_the_rejected_module_as_on_a_real_host(flow):
+    facts = flow["rejected"]["facts"]
+    if facts is None:
+        pytest.skip("nvidia_driver_facts is not in plugins/modules yet")
+    assert facts["secure_boot"]["enabled"] is True
+    assert facts["kernel_module"]["loaded"] is False
+    assert facts["mok"]["enrolled"] == []
+    assert len(facts["pci_devices"]) == 8 and all(dev["vendor_id"] == "0x10de" for dev in facts["pci_devices"])
+    assert facts["userspace"]["nvml_ok"] is False and facts["gpu_count"] == 0
+    assert any(entry["layer"] == 1 for entry in facts["diagnosis"])
+
+
+def test_facts_module_reads_the_loaded_driver_as_on_a_real_host(flow):
+    facts = flow["loaded"]["facts"]
+    if facts is None:
+        pytest.skip("nvidia_driver_facts is not in plugins/modules yet")
+    der = base64.b64decode(flow["mok_der"])
+    assert facts["kernel_module"]["loaded"] is True and facts["kernel_module"]["version"] == DRIVER
+    assert facts["userspace"]["driver_version"] == DRIVER and facts["userspace"]["nvml_ok"] is True
+    assert facts["version_mismatch"] is False
+    assert facts["gpu_count"] == 8 and facts["gpus"][0]["memory_total_mib"] == 81559
+    assert {dev["driver"] for dev in facts["pci_devices"]} == {"nvidia"}
+    assert [key["fingerprint"] for key in facts["mok"]["enrolled"]] == [hashlib.sha1(der).hexdigest()]
+    assert any(node["path"] == "/dev/nvidia0" and node["major"] == 195 for node in facts["device_nodes"])
