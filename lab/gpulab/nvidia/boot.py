@@ -144,7 +144,8 @@ def _fault_kinds(faults) -> set:
 def _mok_kmsg(efi: dict) -> list:
     if not efi.get("efi") or not efi.get("secure_boot"):
         return []
-    lines = ["secureboot: Secure boot enabled", "integrity: Loading X.509 certificate: UEFI:MokListRT (MOKvar table)"]
+    # "secureboot: Secure boot enabled" is logged by the node core with its generic boot lines
+    lines = ["integrity: Loading X.509 certificate: UEFI:MokListRT (MOKvar table)"]
     for entry in efi.get("enrolled", []):
         der = mok.key_der(entry)
         lines.append("integrity: Loaded X.509 cert '%s: %s'" % (mok.certificate_subject_cn(der),
@@ -188,11 +189,12 @@ def _loaded_views(root: str, release: str, gpus: list, modinfo: dict) -> dict:
         files["/sys/module/%s/version" % name] = version + "\n"
         files["/sys/module/%s/initstate" % name] = "live\n"
         files["/sys/module/%s/refcnt" % name] = "%d\n" % len(users.get(name, []))
-    for minor, gpu in enumerate(gpus):
-        files["/proc/driver/nvidia/gpus/%s/information" % gpu["pci_address"]] = gpu_information_text(gpu, minor)
+    # the device minor is the GPU's index: /dev/nvidiaN stays the same GPU when another one is missing
+    for gpu in gpus:
+        files["/proc/driver/nvidia/gpus/%s/information" % gpu["pci_address"]] = gpu_information_text(gpu, gpu["index"])
     dev_nodes = [{"path": "/dev/nvidiactl", "major": NVIDIA_MAJOR, "minor": NVIDIACTL_MINOR}]
-    dev_nodes += [{"path": "/dev/nvidia%d" % minor, "major": NVIDIA_MAJOR, "minor": minor}
-                  for minor in range(len(gpus))]
+    dev_nodes += [{"path": "/dev/nvidia%d" % gpu["index"], "major": NVIDIA_MAJOR, "minor": gpu["index"]}
+                  for gpu in gpus]
     if "nvidia_modeset" in names:
         dev_nodes.append({"path": "/dev/nvidia-modeset", "major": NVIDIA_MAJOR, "minor": MODESET_MINOR})
     if "nvidia_uvm" in names:

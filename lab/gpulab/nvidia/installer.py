@@ -179,9 +179,26 @@ def modules_from_cache_or_build(build_dir: str, version: str, flavor: str, stagi
             paths.append(os.path.join(staging_dir, stem + ".ko"))
         return paths
     if os.access(cache_dir, os.W_OK):
-        build_modules(build_dir, version, flavor, cached, log)
+        build_into_cache(build_dir, version, flavor, cached, log)
         return modules_from_cache_or_build(build_dir, version, flavor, staging_dir, log)
     return build_modules(build_dir, version, flavor, staging_dir, log)
+
+
+def build_into_cache(build_dir: str, version: str, flavor: str, cached: str, log=lambda line: None) -> None:
+    """Build next to the cache entry and rename it into place, so that nodes building the same entry at the
+    same time never see a half-written one (the loser's build is discarded)."""
+    parent = os.path.dirname(cached)
+    os.makedirs(parent, exist_ok=True)
+    private = tempfile.mkdtemp(prefix=".building-", dir=parent)
+    try:
+        build_modules(build_dir, version, flavor, private, log)
+        try:
+            os.rename(private, cached)
+        except OSError:
+            if not os.path.isdir(cached):
+                raise
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def sign_file_path(build_dir: str) -> str | None:

@@ -62,7 +62,7 @@ def prebuild_modules(cache_dir: str, version: str, flavor: str, headers_dir: str
     headers_dir = headers_dir or installer.debian_headers_dir()
     target = installer.cached_module_dir(cache_dir, headers_dir, version, flavor)
     if not all(os.path.exists(os.path.join(target, stem + ".ko")) for stem in installer.MODULE_FILES):
-        installer.build_modules(headers_dir, version, flavor, target)
+        installer.build_into_cache(headers_dir, version, flavor, target)
     return target
 
 
@@ -70,7 +70,8 @@ def install_driver(root: str, version: str, flavor: str | None = None, dkms: boo
                    signing_key: str | None = None, signing_cert: str | None = None, cache_dir: str | None = None,
                    runfile_dir: str | None = None, extra_args: list | None = None) -> subprocess.CompletedProcess:
     """Run the fake runfile against a node root from the host (for `gpulab up --driver`): the same program,
-    flags and results as an operator running it inside the node. Raises CalledProcessError on failure."""
+    flags and results as an operator running it inside the node. Raises RuntimeError (with the installer's
+    output) on failure."""
     runfile_dir = runfile_dir or os.path.join(root, "root")
     path = write_runfile(version, runfile_dir)
     installer.ensure_kernel_build_link(root)
@@ -87,8 +88,12 @@ def install_driver(root: str, version: str, flavor: str | None = None, dkms: boo
     env = dict(os.environ)
     if cache_dir:
         env["GPULAB_KMOD_CACHE"] = cache_dir
-    return subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          check=True)
+    done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError("%s %s failed (exit status %d): %s%s" % (runfile_name(version), " ".join(argv[2:]),
+                                                                   done.returncode, done.stdout, done.stderr))
+    return done
 
 
 def copy_runfile(src: str, dest_dir: str) -> str:
