@@ -304,6 +304,15 @@ def test_stale_device_plugin_keeps_capacity_with_zero_allocatable_until_its_pod_
     node = store.get("nodes", "gpu-1")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "8" and allocatable_gpus(store, "gpu-1") == "0"
     assert plugin_pod(store, "gpu-1")["status"]["phase"] == "Running"
+    bound = nvidia_smi_pod("pinned", "gpu-1", ["nvidia-smi", "-L"])
+    bound["spec"] = dict(bound["spec"], nodeName="gpu-1")
+    bound["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    store.create("pods", bound, "default")
+    rejected = wait_for(lambda: store.get("pods", "pinned", "default")["status"].get("phase") == "Failed"
+                        and store.get("pods", "pinned", "default")["status"], what="kubelet admission rejects")
+    assert rejected["reason"] == "OutOfnvidia.com/gpu"
+    assert rejected["message"] == ("Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+                                   "requested: 1, used: 0, capacity: 0")
     store.delete("pods", stale_pod, PLUGIN_NAMESPACE)
     wait_for(lambda: allocatable_gpus(store, "gpu-1") == "8", what="allocatable back after the plugin pod is recreated")
     assert plugin_pod(store, "gpu-1")["metadata"]["name"] != stale_pod

@@ -59,7 +59,7 @@ class KubeCluster:
         self.kubelets = {view.name: Kubelet(view, self.manager, self.config, self.logs, self._executor,
                                             node_ip=getattr(view, "ip", None)) for view in self.node_views}
         self.manager.kubelets = list(self.kubelets.values())
-        self.api_only = ApiOnlyFleet(self.manager, api_only, lease_renew_s=heartbeat_s) if api_only else None
+        self.api_only = ApiOnlyFleet(self.manager, api_only) if api_only else None
         self.manager.api_only = self.api_only
         self.server = None
         self._started = False

@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import deviceplugin
+from . import deviceplugin, scheduler
 from .controllers import MERGE, meta, pod_is_ready, pod_is_terminal, pod_is_terminating, rfc3339
 from .store import ApiError
 
@@ -331,10 +331,13 @@ class Kubelet:
             for pod in pods:
                 self._mark_not_ready(pod, now)
             return
+        self._forget_gone_pods(pods)
         for pod in pods:
             if pod_is_terminating(pod):
                 self._finalize(pod)
             elif pod_is_terminal(pod):
+                continue
+            elif meta(pod).get("uid") not in self._runtime and self._reject_if_resources_missing(pod, pods, now):
                 continue
             elif deviceplugin.is_device_plugin_pod(pod):
                 self._sync_plugin_pod(pod, now)
@@ -342,6 +345,33 @@ class Kubelet:
                 self._sync_command_pod(pod, now)
             else:
                 self._sync_long_running_pod(pod, now)
+
+    def _forget_gone_pods(self, pods: list) -> None:
+        """Drop runtime state of pods removed without graceful deletion (force delete, namespace delete)."""
+        present = {meta(pod).get("uid") for pod in pods}
+        for uid in [uid for uid in self._runtime if uid not in present]:
+            del self._runtime[uid]
+            self._jobs.pop(uid, None)
+
+    def _reject_if_resources_missing(self, pod: dict, pods: list, now: float) -> bool:
+        """Kubelet admission: a pod bound past the scheduler (spec.nodeName set by its author) that asks for
+        more than the node's allocatable fails with OutOf<resource>, as on a real kubelet."""
+        node = self.client.informer.get("nodes", self.name)
+        if node is None:
+            return False
+        others = [other for other in pods if other is not pod and meta(other).get("uid") in self._runtime]
+        free = scheduler.free_resources(node, others)
+        for name, amount in sorted(scheduler.pod_requests(pod).items()):
+            if amount > 0 and free.get(name, 0) < amount:
+                capacity = ((node.get("status") or {}).get("allocatable") or {}).get(name, "0")
+                used = scheduler.parse_quantity(capacity) - free.get(name, 0)
+                message = ("Pod was rejected: Node didn't have enough resource: %s, requested: %s, used: %s, "
+                           "capacity: %s" % (name, _plain(amount), _plain(used), capacity))
+                self.client.patch("pods", pod, {"status": {"phase": "Failed", "reason": "OutOf%s" % name,
+                                                           "message": message, "startTime": rfc3339(now)}},
+                                  subresource="status")
+                return True
+        return False
 
     def _finalize(self, pod: dict) -> None:
         uid = meta(pod).get("uid")
@@ -523,6 +553,12 @@ class Kubelet:
         self._registered = resources
         self._registered_by = meta(plugin).get("uid")
         self._capacity_extended.update(resources)
+
+
+def _plain(amount) -> str:
+    """A Decimal resource amount as the kubelet prints it (no exponent, no trailing zeros)."""
+    text = format(amount.normalize(), "f")
+    return text
 
 
 def _conditions_without_times(conditions) -> list:
