@@ -225,3 +225,27 @@ def test_listing_1000_nodes_is_fast(twin, capsys):
     with capsys.disabled():
         print("\n[1000 nodes] " + ", ".join("%s %.3fs" % item for item in timings.items()))
     assert max(timings.values()) < 2.0
+
+
+def test_watch_list_streams_initial_events_then_the_end_bookmark(twin):
+    twin.add_node("gpu-0")
+    twin.add_node("gpu-1")
+    context = ssl.create_default_context(cadata=twin.server.ca_pem)
+    request = urllib.request.Request(
+        twin.server.url + "/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        "&allowWatchBookmarks=true&timeoutSeconds=1", headers={"Authorization": "Bearer " + twin.server.token})
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    assert [(event["type"], event["object"]["metadata"].get("name")) for event in events[:3]] == [
+        ("ADDED", "gpu-0"), ("ADDED", "gpu-1"), ("BOOKMARK", None)]
+    assert events[2]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_a_failing_subscriber_does_not_fail_the_api_call(twin, capsys):
+    def broken_controller(event_type, resource, obj):
+        raise RuntimeError("controller bug")
+
+    twin.store.subscribe(broken_controller)
+    created = twin.core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="gpu-9")))
+    assert created.metadata.name == "gpu-9"
+    assert "controller bug" in capsys.readouterr().err

@@ -314,3 +314,43 @@ def test_wrong_token_is_unauthorized(twin, tmp_path):
     bad = write_kubeconfig(str(tmp_path / "bad"), twin.server.url, twin.server.ca_pem, "not-the-token")
     result = twin.kubectl("--kubeconfig", bad, "get", "nodes", check=False)
     assert result.returncode != 0 and "You must be logged in to the server" in result.stderr
+
+
+def test_protobuf_bodies_of_namespace_configmap_secret_and_pod_are_decoded(twin):
+    """kubectl >= 1.32 sends built-in kinds as protobuf: maps, bytes, lists and nested messages must survive."""
+    twin.kubectl("create", "namespace", "jobs")
+    twin.kubectl("create", "configmap", "cfg", "-n", "jobs", "--from-literal=a=1", "--from-literal=b=two")
+    twin.kubectl("create", "secret", "generic", "token", "-n", "jobs", "--from-literal=k=v")
+    twin.kubectl("run", "smi", "-n", "jobs", "--image=nvcr.io/nvidia/cuda:12.4.1-base", "--restart=Never",
+                 "--command", "--", "nvidia-smi", "-L")
+    assert twin.store.get("configmaps", "cfg", "jobs")["data"] == {"a": "1", "b": "two"}
+    assert twin.store.get("secrets", "token", "jobs")["data"] == {"k": "dg=="}
+    pod = twin.store.get("pods", "smi", "jobs")
+    assert pod["spec"]["containers"][0]["command"] == ["nvidia-smi", "-L"]
+    assert pod["spec"]["restartPolicy"] == "Never" and "creationTimestamp" in pod["metadata"]
+
+
+def test_wait_for_delete_returns_when_the_pod_is_gone(twin):
+    twin.replica_set_with_pods("train", ["gpu-0"])
+    threading.Timer(0.5, lambda: twin.store.delete("pods", "train-0", "default")).start()
+    assert "pod/train-0 condition met" in twin.kubectl("wait", "--for=delete", "pod/train-0", "--timeout=10s").stdout
+    assert twin.store.list("pods", "default")[0] == [], "kubectl returned only once the pod was gone"
+
+
+def test_describe_node_lists_its_events(twin):
+    node = twin.store.get("nodes", "gpu-0")
+    twin.store.create("events", {"metadata": {"name": "gpu-0.xid79"}, "type": "Warning", "reason": "XidError",
+                                 "message": "Xid 79: GPU has fallen off the bus", "count": 1,
+                                 "involvedObject": {"kind": "Node", "name": "gpu-0", "uid": node["metadata"]["uid"]},
+                                 "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+                                 "source": {"component": "gpulab"}}, "default")
+    described = twin.kubectl("describe", "node", "gpu-0").stdout
+    assert "XidError" in described and "GPU has fallen off the bus" in described
+    events = _rows(twin.kubectl("get", "events").stdout)
+    assert events[0][1:4] == ["Warning", "XidError", "node/gpu-0"]
+
+
+def test_get_pdb_shows_allowed_disruptions(twin):
+    twin.replica_set_with_pods("train", ["gpu-0", "gpu-1"])
+    twin.kubectl("create", "pdb", "train", "--selector=app=train", "--max-unavailable=1")
+    assert [row[:4] for row in _rows(twin.kubectl("get", "pdb").stdout)] == [["train", "N/A", "1", "1"]]

@@ -19,8 +19,10 @@ import queue
 import random
 import re
 import string
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import deque
 from typing import Callable, Dict, List, Optional, Tuple
@@ -278,10 +280,14 @@ class Store:
                 self._notify(pending)
 
     def _notify(self, pending: List[Tuple[str, str, _Entry]]) -> None:
+        """A failing subscriber must not fail the API call that made the change: its error goes to stderr."""
         subscribers = list(self._subscribers)
         for event_type, resource, entry in pending:
             for callback in subscribers:
-                callback(event_type, resource, entry.copy())
+                try:
+                    callback(event_type, resource, entry.copy())
+                except Exception:
+                    traceback.print_exc(file=sys.stderr)
 
     def _next_rv(self) -> str:
         self._rv += 1
