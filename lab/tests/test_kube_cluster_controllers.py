@@ -488,3 +488,20 @@ def test_checker_accepts_the_evictions_of_a_real_drain_and_counts_reboots(make_c
     assert report["evictions_admitted"] == 1 and report["pdb_violations"] == []
     assert report["reboots"]["gpu-2"]["api_boot_id_changes"] == 1
     assert "gpu-0" not in report["reboots"]
+
+
+def test_plugin_crash_loops_with_driver_not_loaded_after_booting_without_the_module(make_cluster):
+    views = gpu_nodes(1)
+    cluster = make_cluster(views)
+    store = cluster.store
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "8", what="GPUs registered")
+    views[0].reboot(driver_version=None)
+    wait_for(lambda: (plugin_pod(store, "gpu-0") or {}).get("status", {}).get("containerStatuses", [{}])[0]
+             .get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff", what="plugin crash loop")
+    log = store.pod_log_provider(PLUGIN_NAMESPACE, plugin_pod(store, "gpu-0")["metadata"]["name"], None, {})
+    assert "Failed to initialize NVML: Driver Not Loaded." in log
+    node = store.get("nodes", "gpu-0")
+    assert allocatable_gpus(store, "gpu-0") == "0" and node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert "nvidia.com/gpu.product" not in node["metadata"]["labels"], "GFD labels go with the driver"
+    views[0].reboot(driver_version="550.54.15")
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "8", timeout_s=15, what="plugin healthy after the fix")

@@ -175,16 +175,25 @@ def kubelet_restart_log(resources: dict, when: float) -> str:
     return "".join("%s %s\n" % (stamp, line) for line in lines) + startup_log(resources, when)
 
 
-def nvml_failure_log(when: float) -> str:
-    """The crash a plugin with FAIL_ON_INIT_ERROR=true prints when NVML cannot be loaded."""
+# Why NVML failed -> (what go-nvml/NVML says, the NVML return code name).
+NVML_FAILURES = {
+    "library_not_found": (NVML_LIBRARY_NOT_FOUND, "ERROR_LIBRARY_NOT_FOUND"),
+    "driver_not_loaded": ("Driver Not Loaded", "ERROR_DRIVER_NOT_LOADED"),
+    "version_mismatch": ("Driver/library version mismatch", "ERROR_LIB_RM_VERSION_MISMATCH"),
+}
+
+
+def nvml_failure_log(when: float, failure: str = "library_not_found") -> str:
+    """The crash a plugin with FAIL_ON_INIT_ERROR=true prints when NVML cannot be initialized."""
     stamp = _log_time(when)
+    text, code = NVML_FAILURES[failure]
     lines = [
         "Loading NVML",
-        "Failed to initialize NVML: %s." % NVML_LIBRARY_NOT_FOUND,
+        "Failed to initialize NVML: %s." % text,
         "If this is a GPU node, did you set the docker default runtime to `nvidia`?",
         "You can check the prerequisites at: https://github.com/NVIDIA/k8s-device-plugin#prerequisites",
         "You can learn how to set the runtime at: https://github.com/NVIDIA/k8s-device-plugin#quick-start",
         "If this is not a GPU node, you should set up a toleration or nodeSelector to only deploy this plugin on GPU nodes",
-        "Error: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND",
+        "Error: failed to initialize NVML: %s" % code,
     ]
     return "".join("%s %s\n" % (stamp, line) for line in lines)

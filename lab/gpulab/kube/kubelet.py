@@ -505,6 +505,15 @@ class Kubelet:
     def _plugin_can_start(self) -> bool:
         return bool(self._snapshot and self._snapshot.gpus) and "device-plugin-crash" not in self.faults
 
+    def _nvml_failure(self) -> str:
+        """Why NVML fails here: no driver ever seen = no libnvidia-ml; a driver that was there but is not
+        loaded now; a loaded driver that NVML still cannot use = userspace/kernel version mismatch."""
+        if "device-plugin-crash" in self.faults or not self._ever_had_gpus:
+            return "library_not_found"
+        if not (self._snapshot and self._snapshot.driver_version):
+            return "driver_not_loaded"
+        return "version_mismatch"
+
     def _start_plugin(self, pod: dict, now: float) -> None:
         runtime = self._start_container(pod, now)
         if self._plugin_can_start():
@@ -517,7 +526,8 @@ class Kubelet:
         runtime["state"] = "crashed"
         backoff_s = min(self.config.max_crash_backoff_s, self.config.crash_backoff_s * (2 ** runtime["attempt"]))
         runtime["next_attempt"] = now + backoff_s
-        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], deviceplugin.nvml_failure_log(now))
+        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"],
+                      deviceplugin.nvml_failure_log(now, self._nvml_failure()))
         container_name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
         waiting = {"reason": "CrashLoopBackOff", "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)"
                    % (int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"), meta(pod).get("uid"))}
