@@ -7,6 +7,7 @@ bearer-token auth, ``metav1.Status`` errors, chunked watch streams, server-side 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import ssl
 import threading
@@ -349,6 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
         while not self.api.stopping and time.monotonic() < deadline:
             event = watch.next_raw(timeout=min(0.25, max(0.01, deadline - time.monotonic())))
             if event is None:
+                if self._client_gone():
+                    return
                 if initial_pending or (bookmarks and time.monotonic() - last_bookmark >= self.api.bookmark_interval_s):
                     bookmark = watch.bookmark()
                     if bookmark is not None:
@@ -366,6 +369,15 @@ class _Handler(BaseHTTPRequestHandler):
                 payload = raw
             self._write_event_bytes(b'{"type":"' + event_type.encode() + b'","object":' + payload + b"}")
         self._end_stream()
+
+    def _client_gone(self) -> bool:
+        """A watching client sends nothing, so a readable socket means it closed (FIN or TLS close_notify);
+        without this check an idle watch would keep queueing events for a client that has left."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     def _start_stream(self) -> None:
         self.send_response(200)
