@@ -472,7 +472,8 @@ def test_checker_accepts_the_evictions_of_a_real_drain_and_counts_reboots(make_c
                                           "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}},
                  "default")
     wait_for(lambda: len([p for p in running_pods(store, "web")
-                          if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])]) == 3
+                          if any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in p["status"]["conditions"])]) == 3
              and store.get("poddisruptionbudgets", "web", "default")["status"]["disruptionsAllowed"] == 1,
              what="web ready")
     victim = running_pods(store, "web")[0]

@@ -52,7 +52,8 @@ class ApiOnlyFleet:
                 self._create_lease(node, now)
 
     def _labels(self, name: str) -> dict:
-        gpus = [{"index": i, "uuid": "", "name": H100_NAME, "memory_mib": H100_MEMORY_MIB} for i in range(GPUS_PER_NODE)]
+        gpus = [{"index": index, "uuid": "", "name": H100_NAME, "memory_mib": H100_MEMORY_MIB}
+                for index in range(GPUS_PER_NODE)]
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   API_ONLY_LABEL: "true"}
         labels.update(deviceplugin.gfd_labels(gpus, self.driver_version, True))

@@ -179,7 +179,8 @@ def _read_jsonl(path: str) -> list:
 def check_state_dir(state_dir: str, max_unavailable=None) -> dict:
     records_path = os.path.join(state_dir, RECORDS_FILE)
     if not os.path.exists(records_path):
-        raise FileNotFoundError("no %s in %s: was the lab started with the Kubernetes twin?" % (RECORDS_FILE, state_dir))
+        raise FileNotFoundError("no %s in %s: was the lab started with the Kubernetes twin?"
+                                % (RECORDS_FILE, state_dir))
     return check_records(_read_jsonl(records_path), _read_jsonl(os.path.join(state_dir, EVENTS_FILE)),
                          max_unavailable)
 

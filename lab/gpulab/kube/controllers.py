@@ -9,6 +9,7 @@ Tests drive it synchronously with `run_once()`.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import hashlib
 import json
@@ -641,10 +642,11 @@ def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: i
     max_unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
     complete = updated == desired and total("replicas") == desired and available >= desired
     previous = {c.get("type"): c for c in (deployment.get("status") or {}).get("conditions") or []}
+    minimum_available = available >= desired - max_unavailable
     conditions = [
-        _condition(previous, "Available", available >= desired - max_unavailable,
-                   "MinimumReplicasAvailable" if available >= desired - max_unavailable else "MinimumReplicasUnavailable",
-                   "Deployment has minimum availability." if available >= desired - max_unavailable
+        _condition(previous, "Available", minimum_available,
+                   "MinimumReplicasAvailable" if minimum_available else "MinimumReplicasUnavailable",
+                   "Deployment has minimum availability." if minimum_available
                    else "Deployment does not have minimum availability.", now),
         _condition(previous, "Progressing", True,
                    "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
@@ -688,7 +690,6 @@ def wanted_node_taints(node: dict, now: float) -> list:
 
 
 def _parse_rfc3339(text: str) -> float:
-    import calendar
     return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
 
 

@@ -24,7 +24,8 @@ DRA_DRIVER = "gpu.nvidia.com"
 GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 GFD_LABEL_PREFIX = "nvidia.com/"
 
-NVML_LIBRARY_NOT_FOUND = "could not load NVML library: libnvidia-ml.so.1: cannot open shared object file: No such file or directory"
+NVML_LIBRARY_NOT_FOUND = ("could not load NVML library: libnvidia-ml.so.1: cannot open shared object file: "
+                          "No such file or directory")
 
 
 def is_device_plugin_pod(pod: dict) -> bool:
@@ -193,7 +194,8 @@ def nvml_failure_log(when: float, failure: str = "library_not_found") -> str:
         "If this is a GPU node, did you set the docker default runtime to `nvidia`?",
         "You can check the prerequisites at: https://github.com/NVIDIA/k8s-device-plugin#prerequisites",
         "You can learn how to set the runtime at: https://github.com/NVIDIA/k8s-device-plugin#quick-start",
-        "If this is not a GPU node, you should set up a toleration or nodeSelector to only deploy this plugin on GPU nodes",
+        "If this is not a GPU node, you should set up a toleration or nodeSelector to only deploy this plugin on"
+        " GPU nodes",
         "Error: failed to initialize NVML: %s" % code,
     ]
     return "".join("%s %s\n" % (stamp, line) for line in lines)

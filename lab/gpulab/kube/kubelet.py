@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import deviceplugin, scheduler
-from .controllers import MERGE, meta, pod_is_ready, pod_is_terminal, pod_is_terminating, rfc3339
+from .controllers import meta, pod_is_ready, pod_is_terminal, pod_is_terminating, rfc3339
 from .store import ApiError
 
 KUBELET_VERSION = "v1.32.2"
@@ -529,8 +529,10 @@ class Kubelet:
         self.logs.set(meta(pod).get("namespace"), meta(pod)["name"],
                       deviceplugin.nvml_failure_log(now, self._nvml_failure()))
         container_name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
-        waiting = {"reason": "CrashLoopBackOff", "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)"
-                   % (int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"), meta(pod).get("uid"))}
+        waiting = {"reason": "CrashLoopBackOff",
+                   "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)" % (
+                       int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"),
+                       meta(pod).get("uid"))}
         last_state = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": rfc3339(now),
                                      "finishedAt": rfc3339(now),
                                      "containerID": container_id(meta(pod).get("uid"), runtime["attempt"])}}
