@@ -427,23 +427,3 @@ def test_every_change_is_recorded_as_a_json_line(tmp_path):
     assert changes[1]["object"]["spec"]["unschedulable"] is True
     assert [int(change["resourceVersion"]) for change in changes] == sorted(int(c["resourceVersion"]) for c in changes)
     json.dumps(changes)   # plain JSON all the way down
-
-
-# ---------------------------------------------------------------- protobuf request bodies
-
-def _field(number, payload):
-    """A length-delimited protobuf field (payloads here are shorter than 128 bytes)."""
-    return bytes([number << 3 | 2, len(payload)]) + payload
-
-
-def test_protobuf_eviction_body_decodes_with_the_descriptors_embedded_in_kubectl():
-    protobuf = pytest.importorskip("gpulab.kube.protobuf")
-    if not protobuf.default_schema().messages:
-        pytest.skip("no kubectl binary with protobuf descriptors on this machine")
-    object_meta = _field(1, b"train-0") + _field(3, b"default")
-    delete_options = bytes([1 << 3 | 0, 0])   # gracePeriodSeconds: 0 (a pointer field: zero is meaningful)
-    eviction = _field(1, object_meta) + _field(2, delete_options)
-    envelope = protobuf.MAGIC + _field(1, _field(1, b"policy/v1") + _field(2, b"Eviction")) + _field(2, eviction)
-    assert protobuf.decode_k8s_protobuf(envelope) == {
-        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "train-0", "namespace": "default"},
-        "deleteOptions": {"gracePeriodSeconds": 0}}

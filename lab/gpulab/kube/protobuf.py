@@ -253,6 +253,19 @@ def _scalar(field: Field, wire_type: int, value):
     return _signed(value, 32 if field.type in _SIGNED_32 else 64)
 
 
+def _unpack(field: Field, payload: bytes) -> List[object]:
+    values, position = [], 0
+    while position < len(payload):
+        if field.type in (_TYPE_DOUBLE, 6, 16):       # 8-byte: double, fixed64, sfixed64
+            raw, position = struct.unpack_from("<Q", payload, position)[0], position + 8
+        elif field.type in (_TYPE_FLOAT, 7, 15):      # 4-byte: float, fixed32, sfixed32
+            raw, position = struct.unpack_from("<I", payload, position)[0], position + 4
+        else:
+            raw, position = _varint(payload, position)
+        values.append(_scalar(field, 0, raw))
+    return values
+
+
 def _is_empty(value) -> bool:
     if isinstance(value, bool):
         return not value
@@ -274,6 +287,9 @@ def decode_message(buffer: bytes, type_name: str, schema: Schema):
         field = fields_by_number.get(number)
         if field is None:
             continue   # a field newer than the descriptors: skip, as protobuf readers do
+        if wire_type == 2 and field.type not in (_TYPE_MESSAGE, _TYPE_STRING, _TYPE_BYTES):
+            result.setdefault(field.name, []).extend(_unpack(field, value))   # a packed repeated number
+            continue
         decoded = decode_message(value, field.type_name, schema) if field.type == _TYPE_MESSAGE \
             else _scalar(field, wire_type, value)
         if field.type_name in schema.map_entries:
