@@ -219,14 +219,26 @@ def test_nouveau_in_use_blocks_the_install_and_disable_nouveau_blacklists_it(nod
     assert boot.nouveau_blacklisted(node_root)
 
 
-def test_dkms_fail_fault_inside_a_node_breaks_the_dkms_build(node_root, cache_dir, runfiles, tmp_path):
-    if os.path.exists("/run/gpulab/faults.json"):
-        pytest.skip("running inside a node twin")
-    # the Kbuild file checks the node's /run/gpulab/faults.json; on the host we point the check elsewhere
-    source = installer.module_source("nvidia", OPEN_VERSION, "open")
-    kbuild = installer._template("Kbuild.in")
-    assert '"dkms-fail"' in kbuild and "/run/gpulab/faults.json" in kbuild and "$(error" in kbuild
-    assert "MODULE_VERSION(\"%s\")" % OPEN_VERSION in source
+def test_dkms_fail_fault_makes_the_dkms_build_fail_inside_the_node(node_root, cache_dir, runfiles, tmp_path):
+    """In a private mount namespace whose /run/gpulab/faults.json lists dkms-fail (as a node's does), the real dkms
+    build of the module fails and the runfile reports it; the runfile's own cached install still works."""
+    script = ("mount -t tmpfs gpulab-test /run && mkdir /run/gpulab && echo '[\"dkms-fail\"]' > "
+              "/run/gpulab/faults.json && exec sh \"$0\" \"$@\"")
+    env = dict(os.environ, GPULAB_KMOD_CACHE=cache_dir, mok_signing_key=str(tmp_path / "mok.key"),
+               mok_certificate=str(tmp_path / "mok.pub"))
+    broken = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                             runfiles[OPEN_VERSION], "--root", node_root, "--silent", "--dkms"],
+                            capture_output=True, text=True, env=env)
+    assert broken.returncode == 1 and "ERROR: 'dkms install" in broken.stderr
+    make_log = os.path.join(node_root, "var/lib/dkms/nvidia", OPEN_VERSION, "build/make.log")
+    assert "make.log for more information" in broken.stderr
+    with open(make_log) as handle:
+        assert "gpulab fault dkms-fail: nvidia-%s does not build against this kernel" % OPEN_VERSION in handle.read()
+    assert boot.find_installed_module(node_root, RELEASE) is None
+    cached = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                             runfiles[OPEN_VERSION], "--root", node_root, "--silent"],
+                            capture_output=True, text=True, env=env)
+    assert cached.returncode == 0, cached.stderr
 
 
 # -------------------------------------------------------------------------------------------------- booting

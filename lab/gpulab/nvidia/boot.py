@@ -148,8 +148,8 @@ def _mok_kmsg(efi: dict) -> list:
     lines = ["integrity: Loading X.509 certificate: UEFI:MokListRT (MOKvar table)"]
     for entry in efi.get("enrolled", []):
         der = mok.key_der(entry)
-        lines.append("integrity: Loaded X.509 cert '%s: %s'" % (mok.certificate_subject_cn(der),
-                                                               mok.certificate_key_id(der) or mok.sha1_fingerprint(der)))
+        key_id = mok.certificate_key_id(der) or mok.sha1_fingerprint(der)
+        lines.append("integrity: Loaded X.509 cert '%s: %s'" % (mok.certificate_subject_cn(der), key_id))
     return lines
 
 
