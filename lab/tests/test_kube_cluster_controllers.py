@@ -506,3 +506,21 @@ def test_plugin_crash_loops_with_driver_not_loaded_after_booting_without_the_mod
     assert "nvidia.com/gpu.product" not in node["metadata"]["labels"], "GFD labels go with the driver"
     views[0].reboot(driver_version="550.54.15")
     wait_for(lambda: allocatable_gpus(store, "gpu-0") == "8", timeout_s=15, what="plugin healthy after the fix")
+
+
+def test_nvidia_smi_in_a_deployment_restarts_in_place_instead_of_spawning_pods(make_cluster):
+    views = gpu_nodes(1, gpus=2)
+    cluster = make_cluster(views)
+    store = cluster.store
+    looping = deployment("smi-loop", 1)
+    looping["spec"]["template"]["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", "nvidia-smi -L"]
+    store.create("deployments", looping, "default")
+    status = wait_for(lambda: (lambda pods: len(pods) == 1 and pods[0]["status"].get("containerStatuses") and
+                               pods[0]["status"]["containerStatuses"][0]["restartCount"] >= 2 and
+                               pods[0]["status"]["containerStatuses"][0])(pods_of(store, "smi-loop")),
+                      what="restarts of the one pod")
+    assert status["lastState"]["terminated"]["reason"] == "Completed"
+    assert len(pods_of(store, "smi-loop")) == 1 and pods_of(store, "smi-loop")[0]["status"]["phase"] == "Running"
+    name = pods_of(store, "smi-loop")[0]["metadata"]["name"]
+    assert store.pod_log_provider("default", name, None, {}).startswith("GPU 0: NVIDIA H100 80GB HBM3")
+    assert views[0].commands_run[0] == ["nvidia-smi", "-L"]

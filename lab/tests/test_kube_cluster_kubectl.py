@@ -163,3 +163,48 @@ def test_nvidia_smi_pod_prints_the_nodes_gpus_in_kubectl_logs(lab):
             "--overrides", json.dumps({"spec": {"nodeName": "gpu-0"}}), "--command", "--", "nvidia-smi", "-L")
     kubectl(lab, "wait", "pod/smi", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=30s")
     assert kubectl(lab, "logs", "smi").stdout == lab.views[0].run(["nvidia-smi", "-L"])[1]
+
+
+def test_kubelet_restart_seen_with_kubectl_plugin_re_registers_by_itself(lab):
+    kubectl(lab, "wait", "node/gpu-0", "--for=jsonpath={.status.allocatable.nvidia\\.com/gpu}=8", "--timeout=20s")
+    lab.apply_fault("gpu-0", "kubelet-restart")
+    kubectl(lab, "wait", "node/gpu-0", "--for=jsonpath={.status.allocatable.nvidia\\.com/gpu}=8", "--timeout=20s")
+    log = kubectl(lab, "logs", "-n", "kube-system", plugin_pod_name(lab, "gpu-0")).stdout
+    assert "inotify: /var/lib/kubelet/device-plugins/kubelet.sock created, restarting." in log
+    assert log.rstrip().endswith("Registered device plugin for 'nvidia.com/gpu' with Kubelet")
+
+
+def test_checker_reads_the_records_of_a_kubectl_drain_and_cordons(lab):
+    from gpulab.kube import checker
+    put_three_web_pods_on_gpu_0(lab)
+    kubectl(lab, "drain", "gpu-0", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s")
+    kubectl(lab, "cordon", "gpu-1")
+    kubectl(lab, "uncordon", "gpu-0", "gpu-1")
+    lab.recorder._file.flush()
+    report = checker.check_state_dir(lab.state_dir, max_unavailable=2)
+    assert report["evictions_admitted"] == 3, "each web pod evicted once through the API"
+    assert report["pdb_violations"] == []
+    # cordon gpu-1 and gpu-2 at setup, then gpu-0 drained while gpu-1 cordoned: 2 at once at most.
+    assert report["max_unavailable_gpu_nodes"] == 2 and report["ok"] is True
+
+
+def test_kubectl_lists_a_thousand_api_only_nodes(tmp_path, capsys):
+    views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8)) for index in range(2)]
+    cluster = KubeCluster(str(tmp_path), views, api_only=1000, heartbeat_s=0.5, tick_s=0.05).start()
+    try:
+        started = time.time()
+        rows = kubectl(cluster, "get", "nodes", "--no-headers").stdout.splitlines()
+        table_s = time.time() - started
+        started = time.time()
+        names = kubectl(cluster, "get", "nodes", "-l", "gpulab.io/api-only=true", "-o", "name").stdout.split()
+        selector_s = time.time() - started
+        started = time.time()
+        kubectl(cluster, "cordon", "api-gpu-0500")
+        cordon_s = time.time() - started
+    finally:
+        cluster.stop()
+    with capsys.disabled():
+        print("\n[kubectl, 1002 nodes] get nodes %.2fs, label-selected -o name %.2fs, cordon %.2fs"
+              % (table_s, selector_s, cordon_s))
+    assert len(rows) == 1002 and all(row.split()[1] == "Ready" for row in rows)
+    assert len(names) == 1000

@@ -12,6 +12,7 @@ All methods run on the controller thread, except the `nvidia-smi` commands (a sm
 from __future__ import annotations
 
 import hashlib
+import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -69,15 +70,28 @@ class PodLogs:
             self._logs.pop((namespace, name), None)
 
 
+_SHELLS = ("sh", "bash")
+_SHELL_SYNTAX = set(";|&<>$`()")
+
+
 def command_argv(pod: dict):
-    """argv of a single-container pod whose command is nvidia-smi, else None."""
+    """argv of a single-container pod whose command is nvidia-smi (directly or as `sh -c "nvidia-smi ..."`
+    without other shell syntax), else None."""
     containers = (pod.get("spec") or {}).get("containers") or []
     if len(containers) != 1:
         return None
     argv = list(containers[0].get("command") or []) + list(containers[0].get("args") or [])
+    if len(argv) == 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1] == "-c" \
+            and not _SHELL_SYNTAX & set(argv[2]):
+        argv = shlex.split(argv[2])
     if argv and argv[0].rsplit("/", 1)[-1] == "nvidia-smi":
         return ["nvidia-smi"] + argv[1:]
     return None
+
+
+def restarts_after_exit(pod: dict, exit_code: int) -> bool:
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
 def container_id(pod_uid: str, attempt: int) -> str:
@@ -418,7 +432,7 @@ class Kubelet:
             statuses.append({"name": container.get("name"), "image": container.get("image", ""),
                              "imageID": "", "containerID": container_id(meta(pod).get("uid"), runtime["attempt"]),
                              "ready": ready, "started": not waiting, "restartCount": runtime["restart_count"],
-                             "state": state, "lastState": last_state or {}})
+                             "state": state, "lastState": last_state or runtime.get("last_state") or {}})
         status = self._pod_status_base(pod, now, ready)
         status.update({"phase": "Running", "containerStatuses": statuses})
         self.client.patch("pods", pod, {"status": status}, subresource="status")
@@ -452,8 +466,12 @@ class Kubelet:
     def _sync_command_pod(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
         job = self._jobs.get(uid)
+        runtime = self._runtime.get(uid)
         if job is None:
+            if runtime is not None and runtime["state"] == "crashed" and now < runtime["next_attempt"]:
+                return
             runtime = self._start_container(pod, now)
+            runtime["state"] = "running"
             self._jobs[uid] = self.executor.submit(self._run_command, command_argv(pod))
             self._write_running(pod, runtime, now, ready=True)
             return
@@ -461,9 +479,12 @@ class Kubelet:
             return
         del self._jobs[uid]
         exit_code, output = job.result()
-        runtime = self._runtime.get(uid) or self._start_container(pod, now)
         self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], output)
-        self._write_terminated(pod, runtime, exit_code, now)
+        if restarts_after_exit(pod, exit_code):
+            # restartPolicy Always/OnFailure: the kubelet restarts the container with back-off, in place.
+            self._write_crash_loop(pod, runtime, exit_code, now)
+        else:
+            self._write_terminated(pod, runtime, exit_code, now)
 
     def _run_command(self, argv: list):
         try:
@@ -523,19 +544,25 @@ class Kubelet:
             self._register(pod, now)
             return
         self._registered = None
+        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"],
+                      deviceplugin.nvml_failure_log(now, self._nvml_failure()))
+        self._write_crash_loop(pod, runtime, 1, now)
+
+    def _write_crash_loop(self, pod: dict, runtime: dict, exit_code: int, now: float) -> None:
+        """The container exited and waits out its restart back-off (10 s doubling to 5 min upstream)."""
         runtime["state"] = "crashed"
         backoff_s = min(self.config.max_crash_backoff_s, self.config.crash_backoff_s * (2 ** runtime["attempt"]))
         runtime["next_attempt"] = now + backoff_s
-        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"],
-                      deviceplugin.nvml_failure_log(now, self._nvml_failure()))
         container_name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
         waiting = {"reason": "CrashLoopBackOff",
                    "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)" % (
                        int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"),
                        meta(pod).get("uid"))}
-        last_state = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": rfc3339(now),
+        last_state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                                     "startedAt": rfc3339(runtime["started_at"]),
                                      "finishedAt": rfc3339(now),
                                      "containerID": container_id(meta(pod).get("uid"), runtime["attempt"])}}
+        runtime["last_state"] = last_state
         self._write_running(pod, runtime, now, ready=False, waiting=waiting, last_state=last_state)
 
     def _register(self, pod: dict, now: float) -> None:
