@@ -246,6 +246,24 @@ def test_gpu_reset_applies_pending_mig_mode_and_mig_instances_do_not_survive_a_r
     assert gpu["mig_mode_current"] is True and gpu["mig_devices"] == []
 
 
+def test_gpu_reset_clears_volatile_ecc_and_applies_pending_remaps_until_new_errors(tmp_path):
+    hw, _lines = boot.apply_xid(profiles.make_hw("n", "h100-sxm-80gb-x8"), 48, 2)
+    root = make_node_root(tmp_path, hw)
+    before = smi.load_node_hw(root)["gpus"][2]
+    assert (before["ecc_volatile_uncorrectable"], before["remapped_rows_pending"]) == (1, True)
+    done = smi.run(["-i", "2", "-r"], smi.load_node_hw(root), VERSION, VERSION, root=root)
+    assert done.stdout == "GPU 00000000:3A:00.0 was successfully reset.\nAll done.\n"
+    after = smi.load_node_hw(root)["gpus"][2]
+    assert (after["ecc_volatile_uncorrectable"], after["ecc_aggregate_uncorrectable"],
+            after["remapped_rows_pending"]) == (0, 1, False)
+    hw, _lines = boot.apply_xid(hw, 94, 2)
+    with open(os.path.join(root, "run/gpulab/hw.json"), "w") as handle:
+        import json
+        json.dump(hw, handle)
+    again = smi.load_node_hw(root)["gpus"][2]
+    assert (again["ecc_volatile_uncorrectable"], again["remapped_rows_pending"]) == (1, True)
+
+
 def test_mig_on_a_gpu_without_mig_is_not_supported(tmp_path):
     root = make_node_root(tmp_path, profiles.make_hw("n", "l40s-x4"))
     done = smi.run(["-i", "0", "-mig", "1"], smi.load_node_hw(root), VERSION, VERSION, root=root)

@@ -136,7 +136,24 @@ def effective_hw(hw: dict, gpu_state: dict, boot_id: str | None) -> dict:
         for key in ("persistence_mode", "power_limit_w", "compute_mode"):
             if key in state and not booted_since_change:
                 gpu[key] = state[key]
+        _apply_reset_baseline(gpu, state.get("reset_baseline"))
     return result
+
+
+RESET_FLAGS = ("retired_pages_pending", "remapped_rows_pending")
+
+
+def _apply_reset_baseline(gpu: dict, baseline: dict | None) -> None:
+    """After `nvidia-smi -r`: volatile ECC counts restart from zero and pending page retirements / row remaps
+    that existed at the reset have been applied (new errors after the reset count again)."""
+    if not baseline:
+        return
+    gpu["ecc_volatile_uncorrectable"] = max(0, gpu["ecc_volatile_uncorrectable"] -
+                                            baseline.get("ecc_volatile_uncorrectable", 0))
+    no_new_errors = gpu["ecc_aggregate_uncorrectable"] <= baseline.get("ecc_aggregate_uncorrectable", 0)
+    for flag in RESET_FLAGS:
+        if gpu.get(flag) and baseline.get(flag) and no_new_errors:
+            gpu[flag] = False
 
 
 def load_node_hw(root: str | None = None) -> dict:
@@ -154,8 +171,10 @@ def save_gpu_state_change(root: str | None, gpu_uuid: str, changes: dict) -> Non
     entry = gpu_state.get(gpu_uuid, {})
     if entry.get("boot_id") != boot_id:
         # a reboot happened since the last change: pending MIG mode took effect, MIG devices are gone
-        entry = {"mig_mode_pending": entry["mig_mode_pending"], "mig_mode_current": entry["mig_mode_pending"]} \
-            if "mig_mode_pending" in entry else {}
+        kept = {key: entry[key] for key in ("reset_baseline",) if key in entry}
+        if "mig_mode_pending" in entry:
+            kept.update(mig_mode_pending=entry["mig_mode_pending"], mig_mode_current=entry["mig_mode_pending"])
+        entry = kept
     entry.update(changes)
     entry["boot_id"] = boot_id
     gpu_state[gpu_uuid] = entry
@@ -751,8 +770,13 @@ def _reset_gpus(gpus: list, root: str | None) -> Result:
                                "monitoring application such as another instance of nvidia-smi). Please first "
                                "kill all processes using this device and all compute applications running in "
                                "the system.\n" % nvml_bus_id(gpu["pci_address"]))
+        raw = next((one for one in _read_json(_node_path(HW_PATH, root), {"gpus": []})["gpus"]
+                    if one["uuid"] == gpu["uuid"]), gpu)
+        baseline = {key: raw.get(key) for key in ("ecc_volatile_uncorrectable", "ecc_aggregate_uncorrectable")
+                    + RESET_FLAGS}
         save_gpu_state_change(root, gpu["uuid"], {"mig_mode_pending": gpu["mig_mode_pending"],
-                                                  "mig_mode_current": gpu["mig_mode_pending"], "mig_devices": []})
+                                                  "mig_mode_current": gpu["mig_mode_pending"], "mig_devices": [],
+                                                  "reset_baseline": baseline})
         out.append("GPU %s was successfully reset." % nvml_bus_id(gpu["pci_address"]))
     out.append("All done.")
     return Result(RC_SUCCESS, "\n".join(out) + "\n")
@@ -854,7 +878,8 @@ def run(argv: list, hw: dict, kernel_version: str | None, userspace_version: str
                                            "for help.\n" if str(exc).startswith("-") else str(exc) + "\n")
     if opts["version"] and userspace_version:
         return Result(RC_SUCCESS, "NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\n"
-                                  "CUDA Version        : %s\n" % (userspace_version, userspace_version,
+                                  "CUDA Version        : %s\n" % (userspace_version,
+                                                                  ".".join(userspace_version.split(".")[:2]),
                                                                   kernel_version or "N/A",
                                                                   cuda_version_for(userspace_version)))
     failure = nvml_init_error(kernel_version, userspace_version)
