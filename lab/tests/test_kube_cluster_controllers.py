@@ -289,6 +289,7 @@ def test_dra_mode_publishes_a_resourceslice_instead_of_extended_resources(make_c
     assert slices[0]["spec"]["nodeName"] == "gpu-0" and slices[0]["spec"]["driver"] == "gpu.nvidia.com"
     assert [device["name"] for device in slices[0]["spec"]["devices"]] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
     assert "nvidia.com/gpu" not in store.get("nodes", "gpu-0")["status"]["allocatable"]
+    assert {c["metadata"]["name"] for c in store.list("deviceclasses")[0]} == {"gpu.nvidia.com", "mig.nvidia.com"}
 
 
 # --- cluster faults ----------------------------------------------------------------------------------------
@@ -524,3 +525,19 @@ def test_nvidia_smi_in_a_deployment_restarts_in_place_instead_of_spawning_pods(m
     name = pods_of(store, "smi-loop")[0]["metadata"]["name"]
     assert store.pod_log_provider("default", name, None, {}).startswith("GPU 0: NVIDIA H100 80GB HBM3")
     assert views[0].commands_run[0] == ["nvidia-smi", "-L"]
+
+
+def test_rollout_that_cannot_get_gpus_reports_progress_deadline_exceeded(make_cluster):
+    cluster = make_cluster(gpu_nodes(1, gpus=2))
+    store = cluster.store
+    stuck = deployment("stuck", 2, gpus_per_pod=2)
+    stuck["spec"]["progressDeadlineSeconds"] = 1
+    store.create("deployments", stuck, "default")
+
+    def progressing():
+        conditions = store.get("deployments", "stuck", "default")["status"].get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Progressing" and c["status"] == "False"), None)
+    condition = wait_for(progressing, what="ProgressDeadlineExceeded")
+    assert condition["reason"] == "ProgressDeadlineExceeded"
+    assert condition["message"].endswith("has timed out progressing.")
+    assert len(running_pods(store, "stuck")) == 1

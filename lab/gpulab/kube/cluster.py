@@ -71,6 +71,9 @@ class KubeCluster:
         self.manager.start(background=False)
         self._ensure(lambda: self.store.create("daemonsets", deviceplugin.daemonset_manifest(),
                                                namespace=deviceplugin.NAMESPACE))
+        if self.config.dra:
+            for device_class in deviceplugin.dra_device_classes():
+                self._ensure(lambda: self.store.create("deviceclasses", device_class))
         if self.api_only is not None:
             self.api_only.register(time.time())
         self.manager.run_once()

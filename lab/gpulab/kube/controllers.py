@@ -177,6 +177,7 @@ class ControllerManager:
         self._thread = None
         self._pass_lock = threading.Lock()
         self._scheduling_messages = {}
+        self._rollout_progress = {}         # deployment uid -> (replica counts, when they last changed)
         self.pass_errors = []
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -348,9 +349,32 @@ class ControllerManager:
         if revision and meta(deployment).get("annotations", {}).get("deployment.kubernetes.io/revision") != revision:
             self.patch("deployments", deployment, {"metadata": {"annotations": {
                 "deployment.kubernetes.io/revision": revision}}})
-        status = deployment_status(deployment, new_rs, old_sets, desired, rfc3339(self.clock()))
+        now = self.clock()
+        status = deployment_status(deployment, new_rs, old_sets, desired, rfc3339(now))
+        if self._progress_deadline_exceeded(deployment, new_rs, status, now):
+            status["conditions"][1] = _condition(
+                {c["type"]: c for c in (deployment.get("status") or {}).get("conditions") or []}, "Progressing",
+                False, "ProgressDeadlineExceeded", 'ReplicaSet "%s" has timed out progressing.' % meta(new_rs)["name"],
+                rfc3339(now))
         if _status_differs(deployment.get("status") or {}, status):
             self.patch("deployments", deployment, {"status": status}, subresource="status")
+
+    def _progress_deadline_exceeded(self, deployment: dict, new_rs: dict, status: dict, now: float) -> bool:
+        """True when an unfinished rollout made no progress (replica counts unchanged) for
+        spec.progressDeadlineSeconds, which makes `kubectl rollout status` fail as upstream."""
+        progressing = status["conditions"][1]
+        uid = meta(deployment).get("uid")
+        if progressing["reason"] == "NewReplicaSetAvailable":
+            self._rollout_progress.pop(uid, None)
+            return False
+        counts = (meta(new_rs).get("name"), status["replicas"], status["updatedReplicas"], status["readyReplicas"],
+                  status["availableReplicas"])
+        last = self._rollout_progress.get(uid)
+        if last is None or last[0] != counts:
+            self._rollout_progress[uid] = (counts, now)
+            return False
+        deadline_s = int((deployment.get("spec") or {}).get("progressDeadlineSeconds", 600))
+        return now - last[1] > deadline_s
 
     def _create_replicaset(self, deployment: dict, pod_hash: str, old_sets: list):
         spec = deployment["spec"]

@@ -122,6 +122,17 @@ def apply_gfd_labels(current_labels: dict, wanted_gfd_labels: dict) -> dict:
     return kept
 
 
+def dra_device_classes() -> list:
+    """The DeviceClasses the NVIDIA DRA driver installs: whole GPUs and MIG devices."""
+    classes = []
+    for name, device_type in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
+        expression = "device.driver == '%s' && device.attributes['%s'].type == '%s'" % (
+            DRA_DRIVER, DRA_DRIVER, device_type)
+        classes.append({"apiVersion": "resource.k8s.io/v1beta1", "kind": "DeviceClass", "metadata": {"name": name},
+                        "spec": {"selectors": [{"cel": {"expression": expression}}]}})
+    return classes
+
+
 def resource_slice(node_name: str, node_uid: str, gpus: list, driver_version, generation: int,
                    api_version: str = "resource.k8s.io/v1beta1") -> dict:
     """The DRA driver's ResourceSlice for one node: a device per GPU and per MIG device."""
