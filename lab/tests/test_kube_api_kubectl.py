@@ -354,3 +354,35 @@ def test_get_pdb_shows_allowed_disruptions(twin):
     twin.replica_set_with_pods("train", ["gpu-0", "gpu-1"])
     twin.kubectl("create", "pdb", "train", "--selector=app=train", "--max-unavailable=1")
     assert [row[:4] for row in _rows(twin.kubectl("get", "pdb").stdout)] == [["train", "N/A", "1", "1"]]
+
+
+@pytest.mark.parametrize("binary", [KUBECTL] + OTHER_KUBECTLS, ids=lambda path: os.path.basename(path or "none"))
+def test_the_runbook_commands_work_with_every_installed_kubectl(twin, binary, tmp_path):
+    """One pass over every command of the issue with each kubectl version found on this machine."""
+    twin.replica_set_with_pods("train", ["gpu-0", "gpu-1"])
+    manifest = tmp_path / "gpu-stack.yaml"
+    manifest.write_text(MANIFESTS)
+
+    def run(*args):
+        return twin.kubectl(*args, binary=binary).stdout
+
+    assert "gpu-0" in run("get", "nodes") and "train-0" in run("get", "pods", "-A")
+    assert "KubeletReady" in run("describe", "nodes", "gpu-0") and "ReplicaSet/train" in run("describe", "pod",
+                                                                                             "train-0")
+    run("label", "node", "gpu-2", "nvidia.com/gpu.deploy.driver=false")
+    run("annotate", "node", "gpu-2", "gpuops.nvidia/phase=upgrade")
+    run("cordon", "gpu-2")
+    run("wait", "--for=jsonpath={.spec.unschedulable}=true", "node/gpu-2", "--timeout=10s")
+    run("uncordon", "gpu-2")
+    run("wait", "--for=condition=Ready", "node/gpu-2", "--timeout=10s")
+    run("create", "deployment", "smi", "--image=nvcr.io/nvidia/cuda:12.4.1-base")
+    run("create", "pdb", "train", "--selector=app=train", "--max-unavailable=1")
+    run("apply", "-f", str(manifest))
+    run("rollout", "restart", "deployment/smi")
+    run("drain", "gpu-0", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s")
+    run("delete", "pod", "train-1", "--timeout=20s")
+    assert twin.store.get("nodes", "gpu-2")["metadata"]["labels"]["nvidia.com/gpu.deploy.driver"] == "false"
+    assert twin.store.get("nodes", "gpu-0")["spec"]["unschedulable"] is True
+    assert twin.store.list("pods", "default")[0] == []
+    assert "kubectl.kubernetes.io/restartedAt" in twin.store.get("deployments", "smi", "default")[
+        "spec"]["template"]["metadata"]["annotations"]

@@ -181,3 +181,21 @@ def openapi_v2() -> dict:
         paths[_resource_path(info)] = {"patch": operation}
     return {"swagger": "2.0", "info": {"title": "Kubernetes (gpulab twin)", "version": SERVER_VERSION["gitVersion"]},
             "paths": paths, "definitions": definitions}
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    length, header = len(payload), bytes([number << 3 | 2])
+    while length >= 0x80:
+        header += bytes([length & 0x7F | 0x80])
+        length >>= 7
+    return header + bytes([length]) + payload
+
+
+def openapi_v2_protobuf() -> bytes:
+    """The smallest gnostic ``openapi_v2.Document`` (swagger = 1, info = 2 {title = 1, version = 2}).
+
+    kubectl 1.27/1.28 ``apply`` asks for OpenAPI v2 in protobuf only; with no definitions it validates nothing
+    client-side and computes strategic merge patches from its compiled-in types, as for any unknown schema.
+    """
+    info = _length_delimited(1, b"Kubernetes (gpulab twin)") + _length_delimited(2, SERVER_VERSION["gitVersion"].encode())
+    return _length_delimited(1, b"2.0") + _length_delimited(2, info)

@@ -20,6 +20,7 @@ from . import discovery, protobuf, tls
 from .store import APPLY_PATCH, PATCH_TYPES, RESOURCES, ApiError, Store, apply_patch_document, decode_patch
 
 DEFAULT_WATCH_TIMEOUT_S = 1800
+OPENAPI_V2_PROTOBUF = "application/octet-stream"   # what kube-openapi answers for the protobuf form
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 _RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
@@ -236,9 +237,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_bytes(200, b"ok", "text/plain; charset=utf-8")
             return True
         if path == "/openapi/v2":
-            if "json" not in (self.headers.get("Accept") or "application/json"):
-                raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
-            self._send_json(200, discovery.openapi_v2())
+            accept = self.headers.get("Accept") or "application/json"
+            if "protobuf" in accept:
+                self._send_bytes(200, discovery.openapi_v2_protobuf(), OPENAPI_V2_PROTOBUF)
+            else:
+                self._send_json(200, discovery.openapi_v2())
             return True
         parts = path.strip("/").split("/")
         if parts[:2] == ["openapi", "v3"]:
