@@ -30,7 +30,7 @@ CONTROL_SOCKET = "control.sock"
 DAEMON_LOG = "daemon.log"
 ALWAYS_RUNFILES = ("615.71.09",)
 IP_PREFIX = "127.0.1."
-IP_LOCK_NAME = b"\0gpulab-ip-allocation"   # abstract socket: a lock the kernel drops when its owner dies
+IP_RESERVATION_PREFIX = b"\0gpulab-ip-"   # abstract unix socket names: the kernel drops them with their owner
 BOOT_WORKERS = 4
 POLL_S = 0.2
 
@@ -51,28 +51,36 @@ def address_free(ip: str) -> bool:
         probe.close()
 
 
-def take_ip_lock(timeout_s: float = 120) -> socket.socket:
-    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            lock.bind(IP_LOCK_NAME)
-            return lock
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("another gpulab up holds the address lock for over %ds" % timeout_s)
-            time.sleep(0.2)
+def reserve_address(ip: str):
+    """A socket holding the abstract name ``@gpulab-ip-<ip>`` for the lab's lifetime (the kernel drops it when the
+    daemon dies), or None if another lab holds it. A node's address stays ours while the node reboots."""
+    reservation = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        reservation.bind(IP_RESERVATION_PREFIX + ip.encode())
+        return reservation
+    except OSError:
+        reservation.close()
+        return None
 
 
-def allocate_ips(count: int, first_host: int) -> list:
-    """``count`` consecutive free 127.0.1.N addresses, N from ``first_host`` on (another lab may hold some)."""
+def allocate_ips(count: int, first_host: int) -> tuple:
+    """(``count`` consecutive free 127.0.1.N addresses from N = ``first_host`` on, their reservations)."""
     start = first_host
     while start + count - 1 <= 254:
         block = [IP_PREFIX + str(start + offset) for offset in range(count)]
-        busy = [ip for ip in block if not address_free(ip)]
-        if not busy:
-            return block
-        start = int(busy[-1].rsplit(".", 1)[1]) + 1
+        reservations = []
+        for ip in block:
+            reservation = reserve_address(ip)
+            if reservation is None or not address_free(ip):
+                if reservation is not None:
+                    reservation.close()
+                break
+            reservations.append(reservation)
+        if len(reservations) == count:
+            return block, reservations
+        for reservation in reservations:
+            reservation.close()
+        start += len(reservations) + 1
     raise RuntimeError("no %d free consecutive addresses in %s%d-254" % (count, IP_PREFIX, first_host))
 
 
@@ -187,6 +195,7 @@ class Lab:
         self.nodes = []
         self.by_name = {}
         self.cluster = None
+        self.ip_reservations = []
         self.power_threads = {}
         self.stopping = threading.Event()
         self.server = None
@@ -226,23 +235,19 @@ class Lab:
             os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
         os.chmod(self.keys_dir, 0o700)
         sshkeys.generate_key(sshkeys.client_key_path(self.keys_dir), "gpulab-operator")
-        lock = take_ip_lock()
-        try:
-            ips = allocate_ips(self.settings["nodes"], int(self.settings.get("first_ip_host", 11)))
-            specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
-                      "index": index, "driver": self.settings.get("driver")} for index, ip in enumerate(ips)]
-            self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
-            for spec in specs:
-                node = Node(self, spec)
-                node.create(bool(self.settings.get("secure_boot")))
-                self.nodes.append(node)
-                self.by_name[node.name] = node
-            paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"])
-            self.write_runfiles()
-            with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
-                results = list(pool.map(lambda node: node.boot(), self.nodes))
-        finally:
-            lock.close()
+        ips, self.ip_reservations = allocate_ips(self.settings["nodes"], int(self.settings.get("first_ip_host", 11)))
+        specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
+                  "index": index, "driver": self.settings.get("driver")} for index, ip in enumerate(ips)]
+        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
+        for spec in specs:
+            node = Node(self, spec)
+            node.create(bool(self.settings.get("secure_boot")))
+            self.nodes.append(node)
+            self.by_name[node.name] = node
+        paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"])
+        self.write_runfiles()
+        with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
+            results = list(pool.map(lambda node: node.boot(), self.nodes))
         failed = [node.name for node, ok in zip(self.nodes, results) if not ok]
         if failed:
             raise RuntimeError("nodes did not come up: %s (see DIR/nodes/<name>/boot.log)" % ", ".join(failed))
