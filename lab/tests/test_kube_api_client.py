@@ -249,3 +249,10 @@ def test_a_failing_subscriber_does_not_fail_the_api_call(twin, capsys):
     created = twin.core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="gpu-9")))
     assert created.metadata.name == "gpu-9"
     assert "controller bug" in capsys.readouterr().err
+
+
+def test_namespace_status_subresource_path_is_the_namespace_itself(twin):
+    twin.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="jobs")))
+    status = twin.core.read_namespace_status("jobs")
+    assert status.metadata.name == "jobs" and status.status.phase == "Active"
+    assert twin.raw_get("/api/v1/namespaces/jobs/configmaps")["kind"] == "ConfigMapList"

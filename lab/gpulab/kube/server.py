@@ -55,11 +55,9 @@ def parse_resource_path(path: str) -> Optional[Route]:
     if not rest:
         return None
     namespace = None
-    if rest[0] == "namespaces" and len(rest) >= 3 and (group, version) == ("", "v1") or \
-            rest[0] == "namespaces" and len(rest) >= 3 and group:
+    # /namespaces/<ns>/<resource>... scopes a resource; /namespaces/<ns>/status|finalize are the Namespace's own
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
         namespace, rest = rest[1], rest[2:]
-    elif rest[0] == "namespaces" and group:
-        return None
     key = _RESOURCE_KEYS.get((group, version, rest[0]))
     if key is None or len(rest) > 3:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
