@@ -6,6 +6,7 @@ bearer-token auth, ``metav1.Status`` errors, chunked watch streams, server-side 
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import select
 import socket
@@ -582,7 +583,13 @@ class ApiServer:
         return "https://%s:%d" % (self.host, self.port)
 
     def start(self) -> "ApiServer":
-        cert_path, key_path = tls.issue_server_certificate(self.ca_dir, ip_addresses=(self.host,))
+        try:
+            ipaddress.ip_address(self.host)
+            ips, names = (self.host, "127.0.0.1"), ("localhost",)
+        except ValueError:
+            ips, names = ("127.0.0.1",), (self.host, "localhost")
+        cert_path, key_path = tls.issue_server_certificate(self.ca_dir, ip_addresses=tuple(dict.fromkeys(ips)),
+                                                           dns_names=tuple(dict.fromkeys(names)))
         self.ca_pem = tls.read_pem(tls.ensure_ca(self.ca_dir)[0])
         handler = type("ApiHandler", (_Handler,), {"api": self})
         self._server = _TLSServer((self.host, self.port), handler, tls.server_ssl_context(cert_path, key_path))
