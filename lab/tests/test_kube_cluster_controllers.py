@@ -231,7 +231,8 @@ def test_node_is_not_ready_while_its_twin_is_down_and_ready_again_after_boot(mak
     cluster = make_cluster(views)
     store = cluster.store
     store.create("deployments", deployment("web", 2, node_selector={"kubernetes.io/hostname": "gpu-1"}), "default")
-    wait_for(lambda: len(running_pods(store, "web")) == 2, what="pods on gpu-1")
+    wait_for(lambda: len(running_pods(store, "web")) == 2 and plugin_pod(store, "gpu-1"), what="pods on gpu-1")
+    plugin_before = plugin_pod(store, "gpu-1")["metadata"]["name"]
     views[1].power_off()
     wait_for(lambda: ready_status(store, "gpu-1") == "Unknown", what="gpu-1 NotReady")
     taints = wait_for(lambda: {(t["key"], t["effect"]) for t in store.get("nodes", "gpu-1")["spec"].get("taints", [])},
@@ -244,6 +245,8 @@ def test_node_is_not_ready_while_its_twin_is_down_and_ready_again_after_boot(mak
              what="gpu-1 Ready again")
     wait_for(lambda: all(p["status"]["containerStatuses"][0]["restartCount"] == 1 for p in running_pods(store, "web"))
              and len(running_pods(store, "web")) == 2, what="containers restarted after the reboot")
+    assert plugin_pod(store, "gpu-1")["metadata"]["name"] == plugin_before, "the DaemonSet pod survives a reboot"
+    wait_for(lambda: allocatable_gpus(store, "gpu-1") == "8", what="plugin re-registered after the reboot")
 
 
 def nvidia_smi_pod(name, node, argv):

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import time
 
 from .eviction import compute_pdb_status, eviction_refusal, pods_selected_by
 from .recorder import read_records
@@ -147,7 +148,8 @@ def check_records(records: list, node_events=(), max_unavailable=None) -> dict:
             if len(unavailable) > max_seen:
                 max_seen, max_at, max_nodes = len(unavailable), ts, sorted(unavailable)
     report = {
-        "max_unavailable_gpu_nodes": max_seen, "max_unavailable_at": max_at, "max_unavailable_nodes": max_nodes,
+        "max_unavailable_gpu_nodes": max_seen, "max_unavailable_at": max_at,
+        "max_unavailable_at_utc": _utc(max_at), "max_unavailable_nodes": max_nodes,
         "unavailable_timeline": timeline,
         "evictions_admitted": len(evicted), "pdb_violations": violations,
         "reboots": _reboots(api_reboots, node_events),
@@ -157,6 +159,12 @@ def check_records(records: list, node_events=(), max_unavailable=None) -> dict:
         report["max_unavailable_ok"] = max_seen <= max_unavailable
     report["ok"] = not violations and report.get("max_unavailable_ok", True)
     return report
+
+
+def _utc(timestamp):
+    if timestamp is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp)) + ".%03dZ" % int((timestamp % 1) * 1000)
 
 
 def _reboots(api_reboots: dict, node_events) -> dict:

@@ -466,15 +466,19 @@ class ControllerManager:
         revision = template_hash(template)
         probe = {"spec": dict(template.get("spec") or {})}
         probe["spec"]["tolerations"] = list(probe["spec"].get("tolerations") or []) + DAEMONSET_TOLERATIONS
-        eligible = {meta(node)["name"] for node in nodes if daemonset_should_run_on(probe, node)}
+        # Upstream: a NoSchedule taint (e.g. unreachable) keeps new daemon pods off a node, but only
+        # NoExecute taints and selector changes stop the ones already there.
+        should_run = {meta(node)["name"] for node in nodes if daemonset_should_run_on(probe, node)}
+        may_continue = {meta(node)["name"] for node in nodes if daemonset_may_continue_on(probe, node)}
         pods_on_node = {}
         for pod in owned:
             if pod_counts_for_controller(pod) or (pod_is_terminal(pod) and not pod_is_terminating(pod)):
                 pods_on_node.setdefault(daemon_pod_node_name(pod), []).append(pod)
         for node_name, pods in pods_on_node.items():
-            if node_name not in eligible:
+            if node_name not in may_continue:
                 for pod in pods:
                     self.delete("pods", pod)
+        eligible = should_run | {name for name in may_continue if pods_on_node.get(name)}
         for node_name in sorted(eligible):
             pods = pods_on_node.get(node_name, [])
             failed = [pod for pod in pods if pod_is_terminal(pod)]
@@ -483,7 +487,7 @@ class ControllerManager:
             running = [pod for pod in pods if pod not in failed]
             for extra in running[1:]:
                 self.delete("pods", extra)
-            if not running:
+            if not running and node_name in should_run:
                 self._create_pod_from_template(daemonset, template, node_name=node_name,
                                                extra_labels={"controller-revision-hash": revision},
                                                tolerations=DAEMONSET_TOLERATIONS)
@@ -603,6 +607,11 @@ def daemon_pod_node_name(pod: dict):
 
 def daemonset_should_run_on(probe_pod: dict, node: dict) -> bool:
     return scheduler.node_matches_affinity(probe_pod, node) and not scheduler.untolerated_taints(probe_pod, node)
+
+
+def daemonset_may_continue_on(probe_pod: dict, node: dict) -> bool:
+    return scheduler.node_matches_affinity(probe_pod, node) and \
+        not scheduler.untolerated_taints(probe_pod, node, effects=("NoExecute",))
 
 
 def pods_to_scale_down(active_pods: list, count: int) -> list:
