@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import sys
 import threading
 import time
+
+SLOW_CALLBACK_S = 0.5
 
 EVENTS_FILE = "events.jsonl"
 
@@ -18,10 +22,17 @@ class EventLog:
         self.path = os.path.join(state_dir, EVENTS_FILE)
         self._lock = threading.Lock()
         self._subscribers = []
+        self._pending = queue.Queue()
+        self._dispatcher = None
 
     def subscribe(self, callback) -> None:
-        """callback(event_dict) is called after each event is written (errors in callbacks are ignored)."""
-        self._subscribers.append(callback)
+        """callback(event_dict) is called for each event, in order, on one dispatcher thread: a slow or failing
+        subscriber (the Kubernetes twin) never holds up a node's boot or shutdown."""
+        with self._lock:
+            self._subscribers.append(callback)
+            if self._dispatcher is None:
+                self._dispatcher = threading.Thread(target=self._dispatch, name="event-dispatch", daemon=True)
+                self._dispatcher.start()
 
     def emit(self, node: str, kind: str, **details) -> dict:
         event = {"ts": round(time.time(), 6), "node": node, "kind": kind}
@@ -33,12 +44,23 @@ class EventLog:
                 os.write(fd, line)
             finally:
                 os.close(fd)
-        for callback in list(self._subscribers):
-            try:
-                callback(event)
-            except Exception:  # a broken subscriber must not stop the node core
-                pass
+            if self._subscribers:
+                self._pending.put(event)
         return event
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self._pending.get()
+            for callback in list(self._subscribers):
+                started = time.monotonic()
+                try:
+                    callback(event)
+                except Exception as error:  # a broken subscriber must not stop the others
+                    sys.stderr.write("event subscriber %r failed on %s: %s\n" % (callback, event["kind"], error))
+                spent_s = time.monotonic() - started
+                if spent_s > SLOW_CALLBACK_S:
+                    sys.stderr.write("event subscriber %r took %.1fs on %s/%s\n"
+                                     % (callback, spent_s, event["node"], event["kind"]))
 
 
 def read_events(state_dir: str, node: str = None, kind: str = None, since: float = 0.0) -> list:

@@ -130,10 +130,19 @@ def pid_namespace(pid: int):
         return None
 
 
+def is_zombie(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as stream:
+            return stream.read().rsplit(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
 def pids_in_namespace(namespace: str) -> list:
+    """Live processes of a PID namespace (zombies hold no mounts and are left to their reaper)."""
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and pid_namespace(int(entry)) == namespace:
+        if entry.isdigit() and pid_namespace(int(entry)) == namespace and not is_zombie(int(entry)):
             pids.append(int(entry))
     return pids
 
@@ -373,14 +382,13 @@ class Node:
             except ProcessLookupError:
                 pass
         if self.process:
-            try:
-                self.process.kill()
-            except ProcessLookupError:
-                pass
+            # unshare reaps the node's PID 1 and exits; killing it first would leave PID 1 a zombie for the
+            # host's init to reap (seconds, on some container inits)
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
-                pass
+                self.process.kill()
+                self.process.wait(5)
         if namespace:
             deadline = time.monotonic() + 10
             while pids_in_namespace(namespace) and time.monotonic() < deadline:
