@@ -427,3 +427,9 @@ def test_every_change_is_recorded_as_a_json_line(tmp_path):
     assert changes[1]["object"]["spec"]["unschedulable"] is True
     assert [int(change["resourceVersion"]) for change in changes] == sorted(int(c["resourceVersion"]) for c in changes)
     json.dumps(changes)   # plain JSON all the way down
+
+
+def test_strategic_merge_keys_service_ports_by_port():
+    target = {"spec": {"ports": [{"port": 80, "name": "http"}, {"port": 443, "name": "https"}]}}
+    merged = strategic_merge_patch(target, {"spec": {"ports": [{"port": 443, "targetPort": 8443}]}})
+    assert merged["spec"]["ports"] == [{"port": 80, "name": "http"}, {"port": 443, "name": "https", "targetPort": 8443}]

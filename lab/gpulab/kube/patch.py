@@ -25,7 +25,7 @@ MERGE_KEYS = {
     "volumes": "name",
     "volumeMounts": "mountPath",
     "volumeDevices": "devicePath",
-    "ports": "containerPort",
+    "ports": "containerPort",   # container ports; Service ports (key "port") are handled in _item_key
     "imagePullSecrets": "name",
     "hostAliases": "ip",
     "conditions": "type",
@@ -201,16 +201,28 @@ def _merge_primitive_list(original: list, patch: list, deletions: list) -> list:
     return merged
 
 
+def _item_key(item: Any, key: str) -> Optional[str]:
+    """The merge key present in a patch item; ``ports`` of a Service are keyed by ``port``."""
+    if not isinstance(item, dict):
+        return None
+    if key in item:
+        return key
+    if key == "containerPort" and "port" in item:
+        return "port"
+    return None
+
+
 def _merge_keyed_list(original: list, patch: list, key: str) -> list:
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [copy.deepcopy(item) for item in patch if not (isinstance(item, dict) and "$patch" in item)]
     merged = [copy.deepcopy(item) for item in original]
     for item in patch:
-        if not isinstance(item, dict) or key not in item:
+        item_key = _item_key(item, key)
+        if item_key is None:
             merged.append(copy.deepcopy(item))
             continue
         position = next((i for i, existing in enumerate(merged)
-                         if isinstance(existing, dict) and existing.get(key) == item[key]), None)
+                         if isinstance(existing, dict) and existing.get(item_key) == item[item_key]), None)
         if item.get("$patch") == "delete":
             if position is not None:
                 del merged[position]

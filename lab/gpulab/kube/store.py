@@ -459,6 +459,9 @@ class Store:
         metadata = obj.get("metadata") or {}
         name = metadata.get("name", "")
         with self._mutating():
+            if info["namespaced"] and namespace and metadata.get("namespace") not in (None, "", namespace):
+                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the"
+                               " namespace sent on the request")
             namespace = namespace or metadata.get("namespace")
             current = self._entry(resource, name, namespace)
             wanted_rv = metadata.get("resourceVersion")
