@@ -386,3 +386,13 @@ def test_the_runbook_commands_work_with_every_installed_kubectl(twin, binary, tm
     assert twin.store.list("pods", "default")[0] == []
     assert "kubectl.kubernetes.io/restartedAt" in twin.store.get("deployments", "smi", "default")[
         "spec"]["template"]["metadata"]["annotations"]
+
+
+def test_node_whose_ready_condition_is_unknown_prints_not_ready_and_roles_come_from_labels(twin):
+    node = twin.store.get("nodes", "gpu-1")
+    node["status"]["conditions"] = [dict(READY, status="Unknown", reason="NodeStatusUnknown")]
+    twin.store.update("nodes", node, subresource="status")
+    twin.store.patch("nodes", "gpu-0", {"metadata": {"labels": {"node-role.kubernetes.io/gpu-worker": ""}}},
+                     "application/merge-patch+json")
+    rows = {row[0]: row for row in _rows(twin.kubectl("get", "nodes").stdout)}
+    assert rows["gpu-1"][1] == "NotReady" and rows["gpu-0"][2] == "gpu-worker"

@@ -661,19 +661,23 @@ def _column(name: str, kind: str = "string", priority: int = 0, format_: str = "
 
 
 def _node_status(node: dict) -> str:
+    """As kubectl prints it: Ready / NotReady (False or Unknown) / Unknown (no Ready condition yet)."""
     ready = "Unknown"
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            ready = {"True": "Ready", "False": "NotReady"}.get(condition.get("status"), "Unknown")
+            ready = "Ready" if condition.get("status") == "True" else "NotReady"
     if (node.get("spec") or {}).get("unschedulable"):
         ready += ",SchedulingDisabled"
     return ready
 
 
 def _node_roles(node: dict) -> str:
-    roles = sorted(key.split("/", 1)[1] for key in ((node["metadata"].get("labels") or {}))
-                   if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1])
-    return ",".join(roles) or "<none>"
+    labels = node["metadata"].get("labels") or {}
+    roles = {key.split("/", 1)[1] for key in labels
+             if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1]}
+    if labels.get("kubernetes.io/role"):
+        roles.add(labels["kubernetes.io/role"])
+    return ",".join(sorted(roles)) or "<none>"
 
 
 def _node_address(node: dict, kind: str) -> str:
