@@ -640,6 +640,7 @@ class NodeView:
     def __init__(self, node: Node):
         self._node = node
         self.name = node.name
+        self.ip = node.ip
 
     def is_up(self) -> bool:
         node = self._node
@@ -667,6 +668,10 @@ class NodeView:
                          "mig_devices": [{"profile": mig.get("profile"), "uuid": mig.get("uuid")}
                                          for mig in (gpu.get("mig_devices") or [])] if mig_enabled else []})
         return gpus
+
+    def pci_gpu_count(self) -> int:
+        """NVIDIA GPUs on the node's PCI bus (an Xid 79 GPU is off the bus), driver or not."""
+        return sum(1 for gpu in self._node.hw().get("gpus") or [] if gpu.get("on_bus", True))
 
     def mig_capable(self) -> bool:
         return any(gpu.get("mig_capable") for gpu in self._node.hw().get("gpus") or [])

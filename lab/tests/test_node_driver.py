@@ -147,3 +147,72 @@ def test_facts_module_reads_the_loaded_driver_as_on_a_real_host(flow):
     assert {dev["driver"] for dev in facts["pci_devices"]} == {"nvidia"}
     assert [key["fingerprint"] for key in facts["mok"]["enrolled"]] == [hashlib.sha1(der).hexdigest()]
     assert any(node["path"] == "/dev/nvidia0" and node["major"] == 195 for node in facts["device_nodes"])
+
+
+@pytest.fixture(scope="module")
+def preinstalled(tmp_path_factory):
+    """A node that came up with `up --driver` (driver on its disk before the first boot)."""
+    state_dir = str(tmp_path_factory.mktemp("drv") / "state")
+    lab = start_lab(state_dir, "--nodes", "1", "--driver", DRIVER, "--boot-delay", "0.3")
+    yield lab
+    stop_lab(lab)
+
+
+def kube_allocatable_gpus(lab, timeout_s: float = 20):
+    import subprocess
+    kubeconfig = os.path.join(lab.state_dir, "kubeconfig")
+    if not os.path.exists(kubeconfig):
+        return None
+    deadline = time.monotonic() + timeout_s
+    value = ""
+    while time.monotonic() < deadline:
+        value = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "node", NODE, "-o",
+                                "jsonpath={.status.allocatable.nvidia\\.com/gpu}"],
+                               capture_output=True, text=True, timeout=30).stdout
+        if value not in ("", "0"):
+            break
+        time.sleep(0.5)
+    return value
+
+
+def test_up_with_driver_boots_the_node_with_the_module_loaded(preinstalled):
+    smi = preinstalled.ssh(NODE, "nvidia-smi -L").stdout.splitlines()
+    assert len(smi) == 8 and smi[0].startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")
+    assert DRIVER in preinstalled.ssh(NODE, "cat /proc/driver/nvidia/version").stdout
+    status = preinstalled.node_status(NODE)
+    assert status["module_loaded"] is True and status["kernel_driver_version"] == DRIVER
+    assert status["boots"] == 1
+
+
+def test_kubernetes_twin_sees_the_gpus_of_the_loaded_driver(preinstalled):
+    allocatable = kube_allocatable_gpus(preinstalled)
+    if allocatable is None:
+        pytest.skip("no Kubernetes twin in this lab")
+    assert allocatable == "8"
+
+
+def test_driver_mismatch_fault_makes_nvml_report_the_mismatch_until_cleared_and_rebooted(preinstalled):
+    lab = preinstalled
+    lab.gpulab("fault", NODE, "driver-mismatch")
+    try:
+        lab.reboot_from_inside(NODE)
+        smi = lab.ssh(NODE, "nvidia-smi", check=False)
+        assert smi.returncode != 0 and "Failed to initialize NVML: Driver/library version mismatch" in smi.stdout
+        assert DRIVER not in lab.ssh(NODE, "cat /proc/driver/nvidia/version").stdout.splitlines()[0]
+    finally:
+        lab.gpulab("clear", NODE, "driver-mismatch")
+    lab.reboot_from_inside(NODE)
+    assert lab.ssh(NODE, "nvidia-smi", check=False).returncode == 0
+
+
+def test_xid_79_gpu_is_lost_to_nvml_and_pci_until_cleared(preinstalled):
+    lab = preinstalled
+    lab.gpulab("fault", NODE, "xid:79:2")
+    try:
+        smi = lab.ssh(NODE, "nvidia-smi -L", check=False)
+        assert smi.returncode != 0 and "GPU is lost" in smi.stdout
+        assert "GPU 2:" not in smi.stdout and "GPU 3:" in smi.stdout
+        assert "0000:3a:00.0" not in lab.ssh(NODE, "ls /sys/bus/pci/devices").stdout
+    finally:
+        lab.gpulab("clear", NODE, "xid:79:2")
+    assert lab.ssh(NODE, "nvidia-smi -L").stdout.count("GPU ") == 8
