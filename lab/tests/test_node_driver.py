@@ -81,9 +81,9 @@ def flow(tmp_path_factory):
         stop_lab(lab)
 
 
-def subprocess_copy(lab, source: str, target: str) -> None:
+def subprocess_copy(lab, source: str, target: str, node: str = NODE) -> None:
     import subprocess
-    subprocess.run(["scp", "-q", "-F", os.path.join(lab.state_dir, "ssh_config"), source, "%s:%s" % (NODE, target)],
+    subprocess.run(["scp", "-q", "-F", os.path.join(lab.state_dir, "ssh_config"), source, "%s:%s" % (node, target)],
                    check=True, timeout=60)
 
 
@@ -151,9 +151,9 @@ def test_facts_module_reads_the_loaded_driver_as_on_a_real_host(flow):
 
 @pytest.fixture(scope="module")
 def preinstalled(tmp_path_factory):
-    """A node that came up with `up --driver` (driver on its disk before the first boot)."""
+    """Nodes that came up with `up --driver` (driver on their disk before the first boot)."""
     state_dir = str(tmp_path_factory.mktemp("drv") / "state")
-    lab = start_lab(state_dir, "--nodes", "1", "--driver", DRIVER, "--boot-delay", "0.3")
+    lab = start_lab(state_dir, "--nodes", "2", "--driver", DRIVER, "--boot-delay", "0.3")
     yield lab
     stop_lab(lab)
 
@@ -216,3 +216,20 @@ def test_xid_79_gpu_is_lost_to_nvml_and_pci_until_cleared(preinstalled):
     finally:
         lab.gpulab("clear", NODE, "xid:79:2")
     assert lab.ssh(NODE, "nvidia-smi -L").stdout.count("GPU ") == 8
+
+
+def test_dkms_fail_leaves_the_dkms_module_missing_after_the_next_boot(preinstalled):
+    lab, node = preinstalled, "gpu-node-02"
+    subprocess_copy(lab, os.path.join(lab.state_dir, "runfiles", os.path.basename(RUNFILE)), RUNFILE, node)
+    lab.ssh(node, "sh %s --silent --dkms" % RUNFILE)
+    lab.reboot_from_inside(node)
+    assert "/updates/dkms/" in lab.ssh(node, "modinfo -n nvidia").stdout
+    assert lab.ssh(node, "nvidia-smi", check=False).returncode == 0
+    lab.gpulab("fault", node, "dkms-fail")
+    try:
+        lab.reboot_from_inside(node)
+        smi = lab.ssh(node, "nvidia-smi", check=False)
+        assert smi.returncode != 0 and "couldn't communicate with the NVIDIA driver" in smi.stdout
+        assert not any(line.startswith("nvidia ") for line in lab.ssh(node, "lsmod").stdout.splitlines())
+    finally:
+        lab.gpulab("clear", node, "dkms-fail")
