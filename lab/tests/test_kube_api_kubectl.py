@@ -396,3 +396,20 @@ def test_node_whose_ready_condition_is_unknown_prints_not_ready_and_roles_come_f
                      "application/merge-patch+json")
     rows = {row[0]: row for row in _rows(twin.kubectl("get", "nodes").stdout)}
     assert rows["gpu-1"][1] == "NotReady" and rows["gpu-0"][2] == "gpu-worker"
+
+
+def test_logs_follow_streams_new_lines_until_the_pod_ends(twin):
+    twin.replica_set_with_pods("plugin", ["gpu-0"])
+    log = ["Loading NVML\n"]
+    twin.store.pod_log_provider = lambda namespace, pod, container, params: "".join(log)
+
+    def crash_later():
+        time.sleep(0.6)
+        log.append("Failed to initialize NVML: could not load NVML library\n")
+        time.sleep(0.6)
+        twin.store.patch("pods", "plugin-0", {"status": {"phase": "Failed"}}, "application/merge-patch+json",
+                         "default", "status")
+
+    threading.Thread(target=crash_later, daemon=True).start()
+    followed = twin.kubectl("logs", "-f", "plugin-0", timeout=20).stdout
+    assert followed == "Loading NVML\nFailed to initialize NVML: could not load NVML library\n"

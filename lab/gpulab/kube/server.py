@@ -391,9 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._code = 200
 
     def _write_event_bytes(self, line: bytes) -> None:
-        line += b"\n"
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-        self.wfile.flush()
+        self._write_chunk(line + b"\n")
 
     def _end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
@@ -490,13 +488,49 @@ class _Handler(BaseHTTPRequestHandler):
                            % (route.name, " ".join(containers)))
         container = container or (containers[0] if containers else None)
         params = {key: values[0] for key, values in query.items()}
-        text = store.pod_log_provider(route.namespace, route.name, container, params) \
-            if store.pod_log_provider else ""
+        text = self._log_text(route, container, params)
         tail = _int_param(query, "tailLines")
         if tail is not None and text:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-tail:]) if tail > 0 else ""
-        self._send_bytes(200, text.encode(), "text/plain")
+        if not _is_true(_first(query, "follow")):
+            self._send_bytes(200, text.encode(), "text/plain")
+            return
+        self._follow_log(route, container, params, text)
+
+    def _log_text(self, route: Route, container: Optional[str], params: Dict[str, str]) -> str:
+        provider = self.api.store.pod_log_provider
+        return provider(route.namespace, route.name, container, params) if provider else ""
+
+    def _follow_log(self, route: Route, container: Optional[str], params: Dict[str, str], first: str) -> None:
+        """``logs -f``: stream what the provider adds until the pod ends or goes, or the client leaves."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._code = 200
+        if first:
+            self._write_chunk(first.encode())
+        sent = self._log_text(route, container, params)
+        while not self.api.stopping and not self._client_gone():
+            time.sleep(0.25)
+            try:
+                pod = self.api.store.get("pods", route.name, route.namespace)
+            except ApiError:
+                break
+            text = self._log_text(route, container, params)
+            if text.startswith(sent) and len(text) > len(sent):
+                self._write_chunk(text[len(sent):].encode())
+            elif not text.startswith(sent):
+                self._write_chunk(text.encode())   # the container restarted: a new log
+            sent = text
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                break
+        self._end_stream()
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
     def _scale(self, route: Route, query: Dict[str, List[str]]) -> None:
         store = self.api.store
