@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -231,11 +232,26 @@ class Node:
         if not mounts_under(self.tmpfs_dir):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=%s" % DISK_SIZE,
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
+        self.hide_host_homes()
         sshkeys.generate_key(sshkeys.host_key_path(self.lab.keys_dir, self.name), "root@%s" % self.name)
         self.write_hw(self.initial_hw())
         write_json(self.efi_path(), self.initial_efi(self.hw(), secure_boot))
         self.write_faults_file()
         self.save()
+
+    def hide_host_homes(self) -> None:
+        """A new node's /root and /home start empty, not with the host's keys and caches: opaque overlay dirs."""
+        for path, mode in (("root", 0o700), ("home", 0o755)):
+            upper = os.path.join(self.tmpfs_dir, "upper", path)
+            if not os.path.isdir(upper):
+                os.makedirs(upper, mode=mode)
+                os.chmod(upper, mode)
+                os.setxattr(upper, "trusted.overlay.opaque", b"y")
+        for name in ("bashrc", "profile"):  # what Debian's base-files gives root
+            source = "/usr/share/base-files/dot." + name
+            target = os.path.join(self.tmpfs_dir, "upper", "root", "." + name)
+            if os.path.exists(source) and not os.path.exists(target):
+                shutil.copyfile(source, target)
 
     def initial_hw(self) -> dict:
         make_hw = nvidia_function(self.lab.nvidia_backend, "profiles.make_hw", self.lab.log)
