@@ -37,6 +37,7 @@ def make_cluster(tmp_path):
         options.setdefault("heartbeat_s", 0.5)
         options.setdefault("tick_s", 0.05)
         options.setdefault("crash_backoff_s", 0.2)
+        options.setdefault("container_start_s", 0.3)
         cluster = KubeCluster(str(tmp_path / ("lab%d" % len(clusters))), views, **options)
         clusters.append(cluster)
         return cluster.start(serve=False)
@@ -120,8 +121,9 @@ def test_gpu_request_beyond_allocatable_stays_pending_with_the_scheduler_reason(
     condition = wait_for(scheduling_condition, what="Unschedulable condition")
     assert condition["reason"] == "Unschedulable"
     assert condition["message"].startswith("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
-    events = store.list("events", "default")[0]
-    assert any(event["reason"] == "FailedScheduling" for event in events)
+    event = wait_for(lambda: next((e for e in store.list("events", "default")[0]
+                                   if e["reason"] == "FailedScheduling"), None), what="FailedScheduling event")
+    assert event["type"] == "Warning" and event["message"] == condition["message"]
 
 
 def test_cordoned_and_tainted_nodes_only_get_pods_that_tolerate_them(make_cluster):

@@ -33,7 +33,8 @@ WEB_WITH_PDB = [
 @pytest.fixture
 def lab(tmp_path):
     views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8)) for index in range(3)]
-    cluster = KubeCluster(str(tmp_path), views, heartbeat_s=0.5, tick_s=0.05, crash_backoff_s=0.3).start()
+    cluster = KubeCluster(str(tmp_path), views, heartbeat_s=0.5, tick_s=0.05, crash_backoff_s=0.3,
+                          container_start_s=0.5).start()
     cluster.views = views
     yield cluster
     cluster.stop()

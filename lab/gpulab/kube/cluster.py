@@ -38,7 +38,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 class KubeCluster:
     def __init__(self, state_dir: str, node_views, api_only: int = 0, mig_strategy: str = "single",
                  dra: bool = False, heartbeat_s: float = 10.0, tick_s: float = 0.5, host: str = "127.0.0.1",
-                 port: int = 0, crash_backoff_s: float = 10.0, record: bool = True):
+                 port: int = 0, crash_backoff_s: float = 10.0, container_start_s: float = 1.0, record: bool = True):
         if mig_strategy not in ("single", "mixed"):
             raise ValueError("mig_strategy must be 'single' or 'mixed', not %r" % (mig_strategy,))
         self.state_dir = state_dir
@@ -48,7 +48,7 @@ class KubeCluster:
         self.kubeconfig_path = os.path.join(state_dir, KUBECONFIG_FILE)
         self.records_path = os.path.join(state_dir, RECORDS_FILE)
         self.config = KubeletConfig(heartbeat_s=heartbeat_s, mig_strategy=mig_strategy, dra=dra,
-                                    crash_backoff_s=crash_backoff_s)
+                                    crash_backoff_s=crash_backoff_s, container_start_s=container_start_s)
         os.makedirs(state_dir, exist_ok=True)
         self.recorder = Recorder(self.records_path) if record else None
         self.store = Store(recorder=self.recorder)

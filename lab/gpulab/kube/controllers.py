@@ -16,6 +16,7 @@ import json
 import random
 import threading
 import time
+import traceback
 
 from . import scheduler
 from .store import ApiError
@@ -210,32 +211,36 @@ class ControllerManager:
             self.informer.changed.clear()
             if self._stop.is_set():
                 break
-            try:
-                self.run_once()
-            except Exception as error:  # one bad object must not stop the control plane
-                self.pass_errors.append(repr(error))
-                del self.pass_errors[:-20]
+            self.run_once()
             # Coalesce bursts of changes (kubectl apply of many objects) into one pass per short interval.
             self._stop.wait(min(self.tick_s, 0.05))
 
     def run_once(self) -> None:
+        """One pass of every control loop; a step that fails is recorded and the others still run."""
         with self._pass_lock:
             now = self.clock()
             for kubelet in self.kubelets:
-                kubelet.sync_node(now)
+                self._step(kubelet.sync_node, now)
             if self.api_only is not None:
-                self.api_only.sync(now)
-            self.sync_node_taints(now)
-            self.sync_deployments()
-            self.sync_replicasets()
-            self.sync_daemonsets()
-            self.schedule_pending(now)
+                self._step(self.api_only.sync, now)
+            self._step(self.sync_node_taints, now)
+            self._step(self.sync_deployments)
+            self._step(self.sync_replicasets)
+            self._step(self.sync_daemonsets)
+            self._step(self.schedule_pending, now)
             pods_by_node = scheduler.pods_by_node_name(self.informer.items("pods"))
             for kubelet in self.kubelets:
-                kubelet.sync_pods(pods_by_node.get(kubelet.name, []), now)
+                self._step(kubelet.sync_pods, pods_by_node.get(kubelet.name, []), now)
             if self.api_only is not None:
-                self.api_only.sync_pods(pods_by_node, now)
-            self.evict_for_noexecute_taints(now)
+                self._step(self.api_only.sync_pods, pods_by_node, now)
+            self._step(self.evict_for_noexecute_taints, now)
+
+    def _step(self, function, *args) -> None:
+        try:
+            function(*args)
+        except Exception:  # one bad object or node view must not stop the whole control plane
+            self.pass_errors.append("%s: %s" % (getattr(function, "__qualname__", function), traceback.format_exc()))
+            del self.pass_errors[:-20]
 
     def settle(self, passes: int = 6) -> None:
         """Run passes until controllers converge (tests without the background thread)."""

@@ -36,7 +36,7 @@ FAULT_KINDS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", 
 class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
-                 resourceslice_api_version: str = "resource.k8s.io/v1beta1"):
+                 resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -44,6 +44,7 @@ class KubeletConfig:
         self.max_crash_backoff_s = max_crash_backoff_s
         self.view_refresh_s = view_refresh_s
         self.resourceslice_api_version = resourceslice_api_version
+        self.container_start_s = container_start_s
 
 
 class PodLogs:
@@ -420,9 +421,33 @@ class Kubelet:
 
     def _sync_long_running_pod(self, pod: dict, now: float) -> None:
         runtime = self._runtime.get(meta(pod).get("uid"))
-        if runtime is None or runtime["needs_restart"] or (pod.get("status") or {}).get("phase") != "Running":
+        if runtime is None:
+            # Image pull + container start: a replacement pod is not Ready at once (this is what makes a
+            # drain meet a PDB's 429 before the replicas elsewhere are up).
+            runtime = self._start_container(pod, now)
+            runtime["state"] = "creating"
+            runtime["running_at"] = now + self.config.container_start_s
+            if self.config.container_start_s > 0:
+                self._write_creating(pod, runtime, now)
+        if runtime["state"] == "creating":
+            if now < runtime["running_at"]:
+                return
+            runtime["state"] = "running"
+            runtime["started_at"] = now
+            self._write_running(pod, runtime, now, ready=True)
+        elif runtime["needs_restart"] or (pod.get("status") or {}).get("phase") != "Running":
             runtime = self._start_container(pod, now)
             self._write_running(pod, runtime, now, ready=True)
+
+    def _write_creating(self, pod: dict, runtime: dict, now: float) -> None:
+        statuses = [{"name": container.get("name"), "image": container.get("image", ""), "imageID": "",
+                     "ready": False, "started": False, "restartCount": 0,
+                     "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}}
+                    for container in (pod.get("spec") or {}).get("containers") or []]
+        status = self._pod_status_base(pod, now, ready=False)
+        status["conditions"][0]["status"] = "False"     # PodReadyToStartContainers: sandbox not up yet
+        status.update({"phase": "Pending", "containerStatuses": statuses})
+        self.client.patch("pods", pod, {"status": status}, subresource="status")
 
     def _write_running(self, pod: dict, runtime: dict, now: float, ready: bool, waiting=None, last_state=None):
         containers = (pod.get("spec") or {}).get("containers") or []
