@@ -154,9 +154,6 @@ def test_kubelet_down_leaves_ready_unknown_and_the_unreachable_taint_until_clear
     kubectl(lab, "wait", "--for=condition=Ready", "node/gpu-0", "--timeout=20s")
 
 
-@pytest.mark.xfail(strict=False, reason="the API server's Table printer (server.py, F1) prints 'Unknown' for a Ready "
-                                        "condition that is Unknown; kube-apiserver prints 'NotReady' (Not+type for any "
-                                        "status but True)")
 def test_kubectl_get_nodes_prints_not_ready_for_a_down_kubelet(lab):
     lab.apply_fault("gpu-0", "kubelet-down")
     eventually(lambda: jsonpath(lab, "node gpu-0", READY_STATUS) == "Unknown", what="Ready Unknown")
