@@ -144,3 +144,15 @@ def test_every_boot_is_in_the_event_log_with_its_boot_id(lab):
 def test_second_up_on_a_running_state_dir_is_refused(lab):
     done = lab.gpulab("up", "--nodes", "1", check=False)
     assert done.returncode == 1 and "already runs" in done.stderr
+
+
+def test_a_new_node_home_holds_no_host_files(lab):
+    marker = "/root/.gpulab-host-only-%d" % os.getpid()
+    with open(marker, "w") as stream:
+        stream.write("host secret\n")
+    try:
+        assert lab.ssh("gpu-node-01", "test -e %s" % marker, check=False).returncode == 1
+        assert lab.ssh("gpu-node-01", "test -e /root/.ssh/authorized_keys", check=False).returncode == 1
+        assert lab.ssh("gpu-node-01", "test -f /root/.bashrc && test -f /root/.profile", check=False).returncode == 0
+    finally:
+        os.unlink(marker)
