@@ -539,14 +539,13 @@ class ControllerManager:
         pending = [pod for pod in self.informer.items("pods") if _needs_scheduling(pod)]
         if not pending:
             return
-        nodes = self.informer.items("nodes")
-        pods_by_node = scheduler.pods_by_node_name(self.informer.items("pods"))
+        placement = scheduler.Placement(self.informer.items("nodes"), self.informer.items("pods"))
         pending.sort(key=lambda pod: meta(pod).get("creationTimestamp") or "")
         for pod in pending:
-            node_name, message = scheduler.pick_node(pod, nodes, pods_by_node)
+            node_name, message = placement.pick(pod)
             if node_name:
-                bound = self._bind(pod, node_name, now)
-                pods_by_node.setdefault(node_name, []).append(bound or pod)
+                if self._bind(pod, node_name, now) is not None:
+                    placement.assign(pod, node_name)
             else:
                 self._mark_unschedulable(pod, message, now)
 
