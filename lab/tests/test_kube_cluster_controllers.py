@@ -546,3 +546,19 @@ def test_rollout_that_cannot_get_gpus_reports_progress_deadline_exceeded(make_cl
     assert condition["reason"] == "ProgressDeadlineExceeded"
     assert condition["message"].endswith("has timed out progressing.")
     assert len(running_pods(store, "stuck")) == 1
+
+
+def test_clearing_every_cluster_fault_of_a_healthy_node_changes_nothing(make_cluster):
+    cluster = make_cluster(gpu_nodes(1), api_only=2)
+    store = cluster.store
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "8", what="GPUs registered")
+    plugin = plugin_pod(store, "gpu-0")["metadata"]["name"]
+    log_before = store.pod_log_provider(PLUGIN_NAMESPACE, plugin, None, {})
+    for kind in ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down"):
+        cluster.clear_fault("gpu-0", kind)
+        cluster.clear_fault("api-gpu-0001", kind)
+    time.sleep(0.5)
+    assert allocatable_gpus(store, "gpu-0") == "8" and ready_status(store, "api-gpu-0001") == "True"
+    assert store.pod_log_provider(PLUGIN_NAMESPACE, plugin, None, {}) == log_before
+    with pytest.raises(ValueError, match="api-only node api-gpu-0001 has no kubelet or device plugin"):
+        cluster.apply_fault("api-gpu-0001", "device-plugin-crash")

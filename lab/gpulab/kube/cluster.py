@@ -136,24 +136,25 @@ class KubeCluster:
         self.manager.wake()
 
     def clear_fault(self, node: str, kind: str) -> None:
-        self._check_fault(node, kind)
+        """Undo a fault; clearing one that is not applied (or not applicable) does nothing."""
+        self._check_fault(node, kind, applying=False)
         now = time.time()
         with self._fault_lock, self.manager.pass_lock():
             if kind == "pdb-block":
                 self._delete_pdb_block(node)
             elif node in self.kubelets:
                 self.kubelets[node].clear_fault(kind, now)
-            else:
+            elif kind == "kubelet-down" and node in self.api_only.down:
                 self.api_only.set_down(node, False, now)
         self.manager.wake()
 
-    def _check_fault(self, node: str, kind: str) -> None:
+    def _check_fault(self, node: str, kind: str, applying: bool = True) -> None:
         if kind not in FAULT_KINDS:
             raise ValueError("unknown cluster fault kind %r (known: %s)" % (kind, ", ".join(FAULT_KINDS)))
         api_only_names = set(self.api_only.names) if self.api_only is not None else set()
         if node not in self.kubelets and node not in api_only_names:
             raise ValueError("no node %r in this cluster" % (node,))
-        if node in api_only_names and kind not in ("kubelet-down", "pdb-block"):
+        if applying and node in api_only_names and kind not in ("kubelet-down", "pdb-block"):
             raise ValueError("api-only node %s has no kubelet or device plugin: only kubelet-down and pdb-block"
                              " apply" % node)
 

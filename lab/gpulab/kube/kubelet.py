@@ -177,7 +177,8 @@ class Kubelet:
 
     def clear_fault(self, kind: str, now: float) -> None:
         self.faults.discard(kind)
-        if kind == "stale-device-plugin":
+        if kind == "stale-device-plugin" and self._stale_plugin_uid is not None:
+            # As if the stale plugin were restarted: it registers again.
             self._stale_plugin_uid = None
             self._reregister_after = now
         self._view_dirty = True
