@@ -562,3 +562,15 @@ def test_clearing_every_cluster_fault_of_a_healthy_node_changes_nothing(make_clu
     assert store.pod_log_provider(PLUGIN_NAMESPACE, plugin, None, {}) == log_before
     with pytest.raises(ValueError, match="api-only node api-gpu-0001 has no kubelet or device plugin"):
         cluster.apply_fault("api-gpu-0001", "device-plugin-crash")
+
+
+def test_api_only_node_goes_not_ready_under_kubelet_down_and_back(make_cluster):
+    cluster = make_cluster([], api_only=3)
+    store = cluster.store
+    cluster.apply_fault("api-gpu-0002", "kubelet-down")
+    wait_for(lambda: ready_status(store, "api-gpu-0002") == "Unknown", what="api-only node NotReady")
+    wait_for(lambda: {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"} in
+             (store.get("nodes", "api-gpu-0002")["spec"].get("taints") or []), what="unreachable taint")
+    assert ready_status(store, "api-gpu-0001") == "True"
+    cluster.clear_fault("api-gpu-0002", "kubelet-down")
+    wait_for(lambda: ready_status(store, "api-gpu-0002") == "True", what="Ready again")
