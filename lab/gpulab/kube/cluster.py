@@ -13,6 +13,15 @@ Cluster-side fault kinds (`gpulab fault NODE KIND`):
   allocatable 0;
 - `pdb-block`: a Deployment pinned to the node whose PDB (minAvailable = replicas) allows no disruption;
 - `kubelet-down`: the kubelet stops posting: Ready Unknown (NotReady) and the unreachable taints.
+
+Timings (seconds, defaults as upstream where upstream has one): `heartbeat_s` 10 (Lease renewal and node
+status), `crash_backoff_s` 10 doubling to 300 (CrashLoopBackOff), `container_start_s` 1 (a new pod is
+ContainerCreating that long before it is Ready), `tick_s` 0.5 (controller resync). Tests shrink them.
+
+NodeView extras the kubelet uses when a view has them: `ip` (InternalIP, else 127.0.0.1),
+`kernel_release` (nodeInfo.kernelVersion) and `pci_gpu_count()` (NVIDIA functions on the PCI bus, so a
+GPU node is labelled `feature.node.kubernetes.io/pci-10de.present` before any driver loads; without it a
+node counts as a GPU node once NVML has shown GPUs there).
 """
 
 from __future__ import annotations
@@ -62,7 +71,6 @@ class KubeCluster:
         self.api_only = ApiOnlyFleet(self.manager, api_only) if api_only else None
         self.manager.api_only = self.api_only
         self.server = None
-        self._started = False
         self._fault_lock = threading.Lock()
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -80,7 +88,6 @@ class KubeCluster:
         self.manager.start_thread()
         if serve:
             self._serve()
-        self._started = True
         return self
 
     def _serve(self) -> None:
