@@ -425,7 +425,6 @@ def test_checker_reports_two_gpu_nodes_cordoned_at_once(make_cluster, tmp_path):
     store.patch("nodes", "gpu-2", cordon, "application/merge-patch+json")
     store.patch("nodes", "gpu-1", uncordon, "application/merge-patch+json")
     store.patch("nodes", "gpu-2", uncordon, "application/merge-patch+json")
-    cluster.recorder._file.flush()
     report = checker.check_state_dir(cluster.state_dir, max_unavailable=1)
     assert report["max_unavailable_gpu_nodes"] == 2
     assert report["max_unavailable_nodes"] == ["gpu-0", "gpu-1"]
@@ -490,7 +489,6 @@ def test_checker_accepts_the_evictions_of_a_real_drain_and_counts_reboots(make_c
     views[2].reboot()
     wait_for(lambda: store.get("nodes", "gpu-2")["status"]["nodeInfo"]["bootID"] == views[2].boot_id(),
              what="new bootID posted")
-    cluster.recorder._file.flush()
     report = checker.check_state_dir(cluster.state_dir)
     assert report["evictions_admitted"] == 1 and report["pdb_violations"] == []
     assert report["reboots"]["gpu-2"]["api_boot_id_changes"] == 1

@@ -192,7 +192,6 @@ def test_checker_reads_the_records_of_a_kubectl_drain_and_cordons(lab):
     kubectl(lab, "drain", "gpu-0", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s")
     kubectl(lab, "cordon", "gpu-1")
     kubectl(lab, "uncordon", "gpu-0", "gpu-1")
-    lab.recorder._file.flush()
     report = checker.check_state_dir(lab.state_dir, max_unavailable=2)
     assert report["evictions_admitted"] == 3, "each web pod evicted once through the API"
     assert report["pdb_violations"] == []
