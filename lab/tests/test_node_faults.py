@@ -154,3 +154,23 @@ def test_every_fault_and_clear_is_in_the_event_log(lab):
     lab.gpulab("clear", "gpu-node-01")
     events = lab.events(node="gpu-node-01", since=since)
     assert [(e["kind"], e["fault"]) for e in events] == [("fault", "dkms-fail"), ("clear", "dkms-fail")]
+
+
+def test_staged_mok_key_nobody_confirms_is_dropped_when_mokmanager_times_out(lab):
+    node = "gpu-node-01"
+    lab.ssh(node, "openssl req -new -x509 -newkey rsa:2048 -nodes -days 30 -subj '/CN=unconfirmed key/' "
+                  "-keyout /root/unconfirmed.priv -outform DER -out /root/unconfirmed.der 2>/dev/null && "
+                  "mokutil --import /root/unconfirmed.der --root-pw")
+    assert "unconfirmed key" in lab.ssh(node, "mokutil --list-new").stdout
+    since = time.time()
+    lab.reboot_from_inside(node)
+    kinds = [event["kind"] for event in lab.events(node=node, since=since)]
+    assert kinds.index("mok-manager-waiting") < kinds.index("mok-timeout") < kinds.index("up")
+    assert "mok-enrolled" not in kinds
+    assert "unconfirmed key" not in lab.ssh(node, "mokutil --list-new", check=False).stdout
+    assert "unconfirmed key" not in lab.ssh(node, "mokutil --list-enrolled", check=False).stdout
+
+
+def test_mok_confirm_without_a_staged_key_is_refused(lab):
+    done = lab.gpulab("mok-confirm", "gpu-node-02", check=False)
+    assert done.returncode == 1 and "no MOK key staged" in done.stderr
