@@ -5,7 +5,6 @@ kubectl tests are in test_kube_cluster_kubectl.py)."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import time
 
@@ -376,8 +375,8 @@ def test_kubelet_down_fault_makes_the_node_not_ready_with_the_unreachable_taint(
     wait_for(lambda: ready_status(store, "gpu-0") == "True", what="Ready again")
 
 
-def test_unknown_fault_kind_is_refused_with_the_known_kinds():
-    cluster = KubeCluster("/tmp/unused-%d" % os.getpid(), gpu_nodes(1), record=False)
+def test_unknown_fault_kind_is_refused_with_the_known_kinds(tmp_path):
+    cluster = KubeCluster(str(tmp_path), gpu_nodes(1), record=False)
     with pytest.raises(ValueError, match="unknown cluster fault kind 'gpu-on-fire'.*stale-device-plugin"):
         cluster.apply_fault("gpu-0", "gpu-on-fire")
 
