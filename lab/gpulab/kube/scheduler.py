@@ -53,17 +53,6 @@ def _container_requests(container: dict) -> dict:
     return {name: parse_quantity(value) for name, value in merged.items()}
 
 
-def label_selector_matches(selector, labels: dict) -> bool:
-    """metav1.LabelSelector semantics: matchLabels AND matchExpressions; an empty selector matches all."""
-    if selector is None:
-        return False
-    labels = labels or {}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    return all(_expression_matches(expr, labels) for expr in selector.get("matchExpressions") or [])
-
-
 def _expression_matches(expression: dict, values_by_key: dict) -> bool:
     key = expression.get("key")
     operator = expression.get("operator")
