@@ -43,7 +43,7 @@ def test_file_written_on_one_node_is_not_on_another_nor_on_the_host(lab):
 def test_node_cannot_see_or_signal_host_processes(lab):
     processes = lab.ssh("gpu-node-01", "ps -eo pid,comm --no-headers").stdout.split("\n")
     commands = {line.split()[1] for line in processes if line.strip()}
-    assert commands <= {"python3", "sshd", "bash", "ps", "sh"}, commands
+    assert commands <= {"systemd", "sshd", "bash", "ps", "sh", "containerd"}, commands
     assert lab.ssh("gpu-node-01", "kill -0 %d" % os.getpid(), check=False).returncode != 0
 
 
@@ -156,3 +156,19 @@ def test_a_new_node_home_holds_no_host_files(lab):
         assert lab.ssh("gpu-node-01", "test -f /root/.bashrc && test -f /root/.profile", check=False).returncode == 0
     finally:
         os.unlink(marker)
+
+
+def test_ansible_restarts_a_systemd_service_and_it_runs_again_after_a_reboot(lab):
+    node = "gpu-node-03"
+    lab.ansible(node, "ansible.builtin.systemd", "name=containerd state=restarted daemon_reload=true")
+    assert lab.ssh(node, "systemctl is-active containerd").stdout.strip() == "active"
+    assert "ansible_service_mgr\": \"systemd" in lab.ansible(node, "setup", "filter=ansible_service_mgr").stdout
+    first_pid = lab.ssh(node, "systemctl show -p MainPID containerd").stdout
+    lab.reboot_from_inside(node)
+    assert lab.ssh(node, "systemctl is-active containerd").stdout.strip() == "active"
+    assert lab.ssh(node, "systemctl show -p MainPID containerd").stdout != first_pid
+    lab.ssh(node, "systemctl stop containerd")
+    done = lab.ssh(node, "systemctl is-active containerd", check=False)
+    assert done.returncode == 3 and done.stdout.strip() == "inactive"
+    missing = lab.ansible(node, "ansible.builtin.systemd", "name=no-such-unit state=started", check=False)
+    assert missing.returncode != 0 and "Could not find the requested service no-such-unit" in missing.stdout
