@@ -196,6 +196,7 @@ class Lab:
         self.by_name = {}
         self.cluster = None
         self.ip_reservations = []
+        self.cluster_faults = {}     # node name -> cluster-side fault kinds forwarded to the kube twin
         self.power_threads = {}
         self.stopping = threading.Event()
         self.server = None
@@ -367,8 +368,13 @@ class Lab:
     def status(self) -> dict:
         return {"name": self.settings["cluster_name"], "state_dir": self.state_dir,
                 "status": self.info.get("status"), "daemon_pid": os.getpid(),
-                "kube": self.info.get("kube"), "nodes": [node.summary() for node in self.nodes],
+                "kube": self.info.get("kube"), "nodes": [self.node_summary(node) for node in self.nodes],
                 "inventory": self.info.get("inventory"), "ssh_config": self.info.get("ssh_config")}
+
+    def node_summary(self, node: Node) -> dict:
+        summary = node.summary()
+        summary["faults"] = summary["faults"] + list(self.cluster_faults.get(node.name, []))
+        return summary
 
     def fault(self, name: str, kind: str) -> dict:
         node = self.node(name)
@@ -377,6 +383,9 @@ class Lab:
             if self.cluster is None:
                 return {"ok": False, "error": "fault %s needs the Kubernetes twin, which is not running" % kind}
             self.cluster.apply_fault(name, kind)
+            self.cluster_faults.setdefault(name, [])
+            if kind not in self.cluster_faults[name]:
+                self.cluster_faults[name].append(kind)
             self.events.emit(name, "fault", fault=kind, scope="cluster")
             return {"ok": True, "fault": kind}
         return {"ok": True, "fault": kind, "details": node.apply_fault(kind)}
@@ -384,13 +393,15 @@ class Lab:
     def clear(self, name: str, kind) -> dict:
         node = self.node(name)
         cleared = []
-        cluster_kinds = [kind] if kind in CLUSTER_FAULTS else (list(CLUSTER_FAULTS) if kind is None else [])
         if kind is not None:
             parse_fault(kind)
+        active = self.cluster_faults.get(name, [])
+        cluster_kinds = [kind] if kind in CLUSTER_FAULTS else (list(active) if kind is None else [])
         if self.cluster is not None:
             for one in cluster_kinds:
                 self.cluster.clear_fault(name, one)
-                if kind is not None:
+                if one in active:
+                    active.remove(one)
                     self.events.emit(name, "clear", fault=one, scope="cluster")
                     cleared.append(one)
         if kind not in CLUSTER_FAULTS:

@@ -174,3 +174,31 @@ def test_staged_mok_key_nobody_confirms_is_dropped_when_mokmanager_times_out(lab
 def test_mok_confirm_without_a_staged_key_is_refused(lab):
     done = lab.gpulab("mok-confirm", "gpu-node-02", check=False)
     assert done.returncode == 1 and "no MOK key staged" in done.stderr
+
+
+def test_cluster_faults_are_forwarded_to_the_kubernetes_twin_and_listed_with_the_node(lab):
+    import os
+    import subprocess
+    kubeconfig = os.path.join(lab.state_dir, "kubeconfig")
+    if not (lab.info.get("kube") or {}).get("api_url"):
+        pytest.skip("no Kubernetes twin in this lab")
+
+    def ready() -> str:
+        return subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "node", "gpu-node-02", "-o",
+                               "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"],
+                              capture_output=True, text=True, timeout=30).stdout
+
+    def wait_ready(value: str) -> None:
+        deadline = time.monotonic() + 30
+        while ready() != value and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ready() == value
+
+    lab.gpulab("fault", "gpu-node-02", "kubelet-down")
+    try:
+        assert "kubelet-down" in lab.node_status("gpu-node-02")["faults"]
+        wait_ready("Unknown")
+    finally:
+        cleared = lab.gpulab("clear", "gpu-node-02").stdout
+    assert "kubelet-down" in cleared and "kubelet-down" not in lab.node_status("gpu-node-02")["faults"]
+    wait_ready("True")
