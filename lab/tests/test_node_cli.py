@@ -69,3 +69,21 @@ def node_processes(holder_pid: int) -> list:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from gpulab.node import pid_namespace, pids_in_namespace
     return pids_in_namespace(pid_namespace(holder_pid))
+
+
+def test_a_powered_off_node_keeps_its_address_from_a_second_lab(lab, tmp_path, request):
+    node = "gpu-node-03"
+    address = next(one["ip"] for one in lab.info["nodes"] if one["name"] == node)
+    lab.ssh(node, "poweroff")
+    lab.wait_status(node, "off")
+    try:
+        other = start_lab(str(tmp_path / "other"), "--nodes", "1", "--first-ip", address.rsplit(".", 1)[1])
+        request.addfinalizer(lambda: stop_lab(other))
+        other_address = other.info["nodes"][0]["ip"]
+        assert other_address != address
+        assert other_address not in [one["ip"] for one in lab.info["nodes"]]
+        assert other.ssh("gpu-node-01", "hostname").stdout.strip() == "gpu-node-01"
+    finally:
+        lab.gpulab("power", node, "on")
+    assert lab.wait_status(node, "up")["ip"] == address
+    assert lab.ssh(node, "hostname").stdout.strip() == node
