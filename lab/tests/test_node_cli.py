@@ -46,11 +46,13 @@ def rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in stream if line.startswith("VmRSS:"))
 
 
-def test_sixteen_nodes_come_up_answer_ansible_and_go_away_on_two_cores(tmp_path, request):
+def test_sixteen_nodes_with_extra_runfiles_come_up_answer_ansible_and_go_away_on_two_cores(tmp_path, request):
     started = time.monotonic()
-    lab = start_lab(str(tmp_path / "state"), "--nodes", "16", "--profile", "l40sx4")
+    lab = start_lab(str(tmp_path / "state"), "--nodes", "16", "--profile", "l40sx4", "--runfile", "550.54.15")
     request.addfinalizer(lambda: stop_lab(lab))
     up_s = time.monotonic() - started
+    runfiles = sorted(os.listdir(os.path.join(lab.state_dir, "runfiles")))
+    assert runfiles == ["NVIDIA-Linux-x86_64-550.54.15.run", "NVIDIA-Linux-x86_64-615.71.09.run"]
     status = json.loads(lab.gpulab("status", "--json").stdout)
     assert [node["status"] for node in status["nodes"]] == ["up"] * 16
     assert all(node["ssh"] for node in status["nodes"])
