@@ -39,11 +39,24 @@ def observe(lab) -> dict:
     }
 
 
+def collections_path():
+    """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH, an
+    entry of $PYTHONPATH (make lab-test puts the collection tree there) or the checkout's .tree symlink tree."""
+    candidates = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)
+    candidates += os.environ.get("PYTHONPATH", "").split(os.pathsep) + [os.path.join(REPO_DIR, ".tree")]
+    for candidate in candidates:
+        module = os.path.join(candidate, "ansible_collections", "gpuops", "nvidia", "plugins", "modules",
+                              "nvidia_driver_facts.py")
+        if candidate and os.path.exists(module):
+            return candidate
+    return None
+
+
 def driver_facts(lab):
-    if not os.path.exists(os.path.join(REPO_DIR, "plugins", "modules", "nvidia_driver_facts.py")):
+    path = collections_path()
+    if path is None:
         return None
-    done = lab.ansible(NODE, "gpuops.nvidia.nvidia_driver_facts",
-                       env={"ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO_DIR, ".tree")})
+    done = lab.ansible(NODE, "gpuops.nvidia.nvidia_driver_facts", env={"ANSIBLE_COLLECTIONS_PATH": path})
     # ad-hoc output: "gpu-node-01 | SUCCESS => {json}"
     result = json.loads(done.stdout.split("=>", 1)[1])
     return result["ansible_facts"]["nvidia_driver"]
@@ -126,7 +139,7 @@ def test_after_enrolment_the_module_loads_and_nvidia_smi_talks_to_it(flow):
 def test_facts_module_reads_the_rejected_module_as_on_a_real_host(flow):
     facts = flow["rejected"]["facts"]
     if facts is None:
-        pytest.skip("nvidia_driver_facts is not in plugins/modules yet")
+        pytest.skip("no ansible_collections/gpuops/nvidia with nvidia_driver_facts found")
     assert facts["secure_boot"]["enabled"] is True
     assert facts["kernel_module"]["loaded"] is False
     assert facts["mok"]["enrolled"] == []
@@ -138,7 +151,7 @@ def test_facts_module_reads_the_rejected_module_as_on_a_real_host(flow):
 def test_facts_module_reads_the_loaded_driver_as_on_a_real_host(flow):
     facts = flow["loaded"]["facts"]
     if facts is None:
-        pytest.skip("nvidia_driver_facts is not in plugins/modules yet")
+        pytest.skip("no ansible_collections/gpuops/nvidia with nvidia_driver_facts found")
     der = base64.b64decode(flow["mok_der"])
     assert facts["kernel_module"]["loaded"] is True and facts["kernel_module"]["version"] == DRIVER
     assert facts["userspace"]["driver_version"] == DRIVER and facts["userspace"]["nvml_ok"] is True
