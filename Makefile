@@ -60,8 +60,9 @@ lint: tree
 	cd $(COLLECTION_DIR) && PATH=$(BIN):$$PATH $(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
 
-lab-test: venv
-	PYTHONPATH=$(CURDIR)/lab:$(TREE) $(BIN)/python -m pytest $(PYTEST_LAB) lab/tests
+lab-test: tree
+	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
+	  $(BIN)/python -m pytest $(PYTEST_LAB) lab/tests
 
 test: sanity units lint lab-test
 

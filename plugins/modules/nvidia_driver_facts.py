@@ -504,7 +504,8 @@ def gather_nvml(module, reader, facts):
         userspace.update(error_kind="other", error="nvidia-smi -q -x did not answer within %s seconds (hung GPU or "
                                                    "driver?)" % reader.timeout)
         return
-    if rc != 0:
+    xml_start = out.find("<?xml")
+    if rc != 0 and xml_start < 0:
         userspace.update(classify_error(out + "\n" + err, rc))
         return
     try:
@@ -512,6 +513,10 @@ def gather_nvml(module, reader, facts):
     except ValueError as exc:
         userspace.update(error_kind="other", error=str(exc))
         return
+    if rc != 0:
+        # Some GPUs did not answer (e.g. "GPU is lost" after Xid 79): nvidia-smi exits non-zero, names them
+        # before the XML, and still reports the GPUs that did answer.
+        userspace.update(classify_error(out[:xml_start] + "\n" + err, rc))
     gpus = with_mig_profiles(reader, smi, parsed["gpus"])
     userspace.update(driver_version=parsed["driver_version"], cuda_version=parsed["cuda_version"], nvml_ok=True)
     facts["gpus"] = [contract_gpu(gpu) for gpu in gpus]

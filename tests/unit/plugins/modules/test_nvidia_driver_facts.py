@@ -256,6 +256,19 @@ def test_xid_in_kernel_log_is_reported_and_diagnosed(host, capsys):
     assert "xid_43" in codes(facts)
 
 
+def test_gpus_that_still_answer_are_reported_when_one_gpu_is_lost(host, capsys):
+    """After an Xid 79 nvidia-smi exits 15, names the lost GPU before the XML and still reports the others."""
+    healthy_a100_mig_host(host)
+    lost = ("Unable to determine the device handle for GPU00000000:02:00.0: GPU is lost.  "
+            "Reboot the system to recover this GPU\n")
+    host.tool("nvidia-smi", {"-q -x": (lost + fixture_text(A100_XML), 15), "-L": (fixture_text(A100_MIG_LIST), 0)})
+    facts = host.run(capsys)["ansible_facts"]["nvidia_driver"]
+    assert facts["gpu_count"] == 1 and facts["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert facts["userspace"]["nvml_ok"] is True and facts["userspace"]["driver_version"] == "535.54.03"
+    assert "GPU is lost" in facts["userspace"]["error"]
+    assert "GPU is lost" in finding(facts, "nvml_error")["message"]
+
+
 def test_driver_not_loaded_is_diagnosed(host, capsys):
     host.pci_gpu("0000:18:00.0", "0x2330", None)
     host.write("proc/modules", UNRELATED_MODULES)

@@ -1,0 +1,103 @@
+"""The collection's diagnose runbook over twin nodes: real ansible-playbook (driven by ansible-runner, as
+users run it from a bastion), real SSH, the real nvidia_driver_facts module on each node.
+
+Three nodes come up with a driver on their disk; one then gets a userspace/kernel version mismatch (a
+half-done upgrade) and one loses a GPU off the bus (Xid 79). The runbook must tell the three apart.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from conftest import REPO_DIR, start_lab, stop_lab
+
+ansible_runner = pytest.importorskip("ansible_runner")
+
+DRIVER = "550.54.15"
+PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "diagnose.yml")
+GATHER_TASK = "Gather the NVIDIA driver facts"
+
+
+def collections_path() -> str:
+    """The folder holding ansible_collections/gpuops/nvidia: make lab-test exports it; a plain pytest run
+    falls back to the checkout's .tree symlink tree."""
+    for candidate in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) + [
+            os.path.join(REPO_DIR, ".tree")]:
+        if candidate and os.path.isdir(os.path.join(candidate, "ansible_collections", "gpuops", "nvidia")):
+            return candidate
+    pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    state_dir = str(tmp_path_factory.mktemp("diagnose") / "state")
+    lab = start_lab(state_dir, "--nodes", "3", "--driver", DRIVER, "--boot-delay", "0.3")
+    try:
+        lab.gpulab("fault", "gpu-node-02", "driver-mismatch")
+        lab.gpulab("fault", "gpu-node-03", "xid:79")
+        yield lab
+    finally:
+        stop_lab(lab)
+
+
+def run_diagnose(lab, tmp_path, **extravars):
+    """Run the runbook; return (rc, facts by host, failed hosts)."""
+    result = ansible_runner.run(
+        private_data_dir=str(tmp_path), playbook=PLAYBOOK, inventory=os.path.join(lab.state_dir, "inventory.yml"),
+        extravars=extravars, quiet=True,
+        envvars={"ANSIBLE_COLLECTIONS_PATH": collections_path(),
+                 "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+    facts, failed = {}, set()
+    for event in result.events:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == GATHER_TASK:
+            facts[data["host"]] = data["res"]["ansible_facts"]["nvidia_driver"]
+        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            failed.add(data["host"])
+    return result.rc, facts, failed
+
+
+@pytest.fixture(scope="module")
+def report(fleet, tmp_path_factory):
+    return run_diagnose(fleet, tmp_path_factory.mktemp("runner"))
+
+
+def codes(facts: dict) -> set:
+    return {entry["code"] for entry in facts["diagnosis"]}
+
+
+def test_runbook_reports_every_node_and_fails_none_by_default(report):
+    rc, facts, failed = report
+    assert rc == 0 and failed == set()
+    assert sorted(facts) == ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
+
+
+def test_healthy_node_has_driver_on_both_sides_and_no_diagnosis(report):
+    node = report[1]["gpu-node-01"]
+    assert node["kernel_module"]["loaded"] is True and node["kernel_module"]["version"] == DRIVER
+    assert node["userspace"]["driver_version"] == DRIVER and node["userspace"]["nvml_ok"] is True
+    assert node["gpu_count"] == 8 and len(node["pci_devices"]) == 8
+    assert [entry for entry in node["diagnosis"] if entry["severity"] in ("critical", "error")] == []
+
+
+def test_half_done_upgrade_is_diagnosed_as_version_mismatch(report):
+    node = report[1]["gpu-node-02"]
+    assert node["version_mismatch"] is True
+    assert node["userspace"]["error_kind"] == "version_mismatch" and node["userspace"]["nvml_ok"] is False
+    assert "version_mismatch" in codes(node)
+
+
+def test_gpu_fallen_off_the_bus_is_a_critical_xid_79_and_missing_from_nvml(report):
+    node = report[1]["gpu-node-03"]
+    xid79 = [entry for entry in node["diagnosis"] if entry["code"] == "xid_79"]
+    assert xid79 and xid79[0]["severity"] == "critical"
+    assert any(event["code"] == 79 for event in node["xid_events"])
+    assert node["gpu_count"] == 7
+
+
+def test_fail_on_critical_fails_exactly_the_broken_nodes(fleet, tmp_path):
+    rc, facts, failed = run_diagnose(fleet, tmp_path, gpuops_diagnose_fail_on=["critical"])
+    assert rc != 0
+    assert failed == {"gpu-node-02", "gpu-node-03"}
