@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
+import inspect
 import json
 import os
 import shutil
@@ -263,9 +264,24 @@ class Lab:
         write = nvidia_function(self.nvidia_backend, "runfile.write_runfile", self.log)
         written = []
         if write is not None:
+            # with cache_dir the NVIDIA layer prebuilds each version's modules once for all nodes
+            extra = {"cache_dir": self.cache_dir} if "cache_dir" in inspect.signature(write).parameters else {}
             for version in versions:
-                written.append(write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version))
-        self.save_info(runfiles=written)
+                written.append(write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, **extra))
+        self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
+
+    def build_apt_repo(self, versions: list):
+        """The package-method repository (``deb [trusted=yes] file:/opt/gpulab/cache/apt ./`` in a node), when the
+        NVIDIA layer can build it; a lab without it still works for the runfile method."""
+        build = nvidia_function(self.nvidia_backend, "debs.build_repo", self.log)
+        if build is None or shutil.which("dpkg-scanpackages") is None:
+            return None
+        try:
+            build(os.path.join(self.cache_dir, "apt"), versions)
+        except Exception as error:
+            self.log("apt repository of the stub driver not built: %s" % error)
+            return None
+        return "deb [trusted=yes] file:/opt/gpulab/cache/apt ./"
 
     def start_cluster(self) -> None:
         try:

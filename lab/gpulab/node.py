@@ -674,6 +674,15 @@ class NodeView:
     def visible_gpus(self) -> list:
         if self.driver_version() is None or "driver-mismatch" in self._node.faults:
             return []
+        node = self._node
+        load_hw = nvidia_function(node.lab.nvidia_backend, "smi.load_node_hw")
+        as_views = nvidia_function(node.lab.nvidia_backend, "smi.visible_gpus")
+        if load_hw is not None and as_views is not None and node.holder_pid:
+            try:
+                # what NVML shows, MIG changes made with nvidia-smi included
+                return as_views(load_hw(node.root_path("/")))
+            except OSError:
+                pass  # the node went down meanwhile
         gpus = []
         for gpu in self._node.hw().get("gpus") or []:
             if not gpu.get("on_bus", True):
