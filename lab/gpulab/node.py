@@ -571,6 +571,30 @@ class Node:
         nsinit.make_nvidia_dev_nodes(self.root_path("/"), [node for node in state.get("dev_nodes") or []
                                                            if not os.path.lexists(self.root_path(node["path"]))])
 
+    def _apply_driver_mismatch(self) -> dict:
+        """A half-done upgrade: the loaded module is the previous build while the userspace on disk is the new
+        one. A running node shows it at once (its /proc and /sys driver files change); a booting one gets it
+        from compute_boot_state."""
+        self.reapply_driver_files(list(self.faults) + ["driver-mismatch"])
+        return {}
+
+    def _clear_driver_mismatch(self) -> None:
+        self.reapply_driver_files(list(self.faults))
+
+    def reapply_driver_files(self, faults: list) -> None:
+        """Rewrite the running node's kernel-driver files (/proc/driver/nvidia, /sys/module) for ``faults``."""
+        compute = nvidia_function(self.lab.nvidia_backend, "boot.compute_boot_state", self.lab.log)
+        if compute is None or not self.holder_pid or not self.state.get("module_loaded"):
+            return
+        state = compute(root=self.root_path("/"), hw=self.hw(), efi=copy.deepcopy(self.booted_efi), faults=faults)
+        if not state.get("module_loaded"):
+            return
+        from gpulab import nsinit
+        for path, text in sorted((state.get("files") or {}).items()):
+            if path.startswith(("/proc/driver/nvidia/", "/sys/module/")):
+                nsinit.write_file(self.root_path(path), text)
+        self.state["kernel_driver_version"] = state.get("kernel_driver_version")
+
     def _apply_disk_full(self) -> dict:
         """Shrink the disk to what is used and fill the rest: every write to / fails with ENOSPC."""
         fill = os.path.join(self.tmpfs_dir, DISK_FILL_FILE)

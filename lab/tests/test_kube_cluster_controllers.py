@@ -323,6 +323,23 @@ def test_stale_device_plugin_keeps_capacity_with_zero_allocatable_until_its_pod_
     assert plugin_pod(store, "gpu-1")["metadata"]["name"] != stale_pod
 
 
+def test_gpu_lost_from_nvml_goes_unhealthy_allocatable_drops_capacity_stays_until_it_is_back(make_cluster):
+    view = FakeNodeView("gpu-0", gpus=make_gpus(8))
+    cluster = make_cluster([view])
+    store = cluster.store
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "8", what="GPUs registered")
+    gpus = view.visible_gpus()
+    lost = gpus[3]
+    view.set_gpus([gpu for gpu in gpus if gpu["uuid"] != lost["uuid"]])   # Xid 79: off the bus
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "7", what="allocatable 7")
+    assert store.get("nodes", "gpu-0")["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    plugin = plugin_pod(store, "gpu-0")["metadata"]
+    log = store.pod_log_provider(plugin["namespace"], plugin["name"], None, {})
+    assert "'nvidia.com/gpu' device marked unhealthy: %s" % lost["uuid"] in log
+    view.set_gpus(gpus)   # GPU reset
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "8", what="allocatable back to 8")
+
+
 def test_device_plugin_crash_loops_with_the_nvml_failure_and_zero_allocatable(make_cluster):
     cluster = make_cluster(gpu_nodes(1))
     store = cluster.store

@@ -347,6 +347,15 @@ def device_node_sort_key(path):
 # ---------------------------------------------------------------- kernel vs userspace
 
 
+_NVML_LIBRARY_FILE_RE = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
+
+
+def nvml_library_version_from_filename(filename):
+    """'libnvidia-ml.so.550.54.15' (what libnvidia-ml.so.1 resolves to) -> '550.54.15'; None for other names."""
+    match = _NVML_LIBRARY_FILE_RE.match(filename or "")
+    return match.group(1) if match else None
+
+
 def kernel_userspace_mismatch(kernel_module, userspace):
     """True when NVML says so, or when the loaded module and the userspace driver report different versions."""
     if (userspace or {}).get("error_kind") == "version_mismatch":

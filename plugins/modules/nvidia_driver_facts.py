@@ -199,6 +199,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import
     device_node_sort_key,
     is_nvidia_device_node_name,
     kernel_userspace_mismatch,
+    nvml_library_version_from_filename,
     nvidia_dkms_entries,
     parse_dkms_status,
     parse_efivar_bool,
@@ -225,6 +226,8 @@ PROC_MODULES = "/proc/modules"
 PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 DEV_DIR = "/dev"
 LIB_MODULES = "/lib/modules"
+# Where distributions and the runfile put libnvidia-ml.so.1 (a link to libnvidia-ml.so.<driver version>).
+NVML_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout(1) when the command ran too long
@@ -491,6 +494,14 @@ def with_mig_profiles(reader, smi, gpus):
     return merge_mig_listing(gpus, parse_list(out)) if rc == 0 else gpus
 
 
+def installed_nvml_library_version():
+    for directory in NVML_LIBRARY_DIRS:
+        library = os.path.join(directory, "libnvidia-ml.so.1")
+        if os.path.exists(library):
+            return nvml_library_version_from_filename(os.path.basename(os.path.realpath(library)))
+    return None
+
+
 def gather_nvml(module, reader, facts):
     userspace = facts["userspace"]
     smi = nvidia_smi_path(module, reader)
@@ -507,6 +518,9 @@ def gather_nvml(module, reader, facts):
     xml_start = out.find("<?xml")
     if rc != 0 and xml_start < 0:
         userspace.update(classify_error(out + "\n" + err, rc))
+        if userspace["error_kind"] == "version_mismatch" and not userspace["nvml_library_version"]:
+            # Drivers before 580 do not print the library's version: its file name says it.
+            userspace["nvml_library_version"] = installed_nvml_library_version()
         return
     try:
         parsed = parse_query_xml(out)

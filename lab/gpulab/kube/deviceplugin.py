@@ -187,6 +187,12 @@ def kubelet_restart_log(resources: dict, when: float) -> str:
     return "".join("%s %s\n" % (stamp, line) for line in lines) + startup_log(resources, when)
 
 
+def unhealthy_log(lost_uuids: list, when: float) -> str:
+    """What the plugin's health checker prints when NVML loses devices (e.g. an Xid 79 critical error)."""
+    stamp = _log_time(when)
+    return "".join("%s '%s' device marked unhealthy: %s\n" % (stamp, GPU_RESOURCE, uuid) for uuid in lost_uuids)
+
+
 # Why NVML failed -> (what go-nvml/NVML says, the NVML return code name).
 NVML_FAILURES = {
     "library_not_found": (NVML_LIBRARY_NOT_FOUND, "ERROR_LIBRARY_NOT_FOUND"),

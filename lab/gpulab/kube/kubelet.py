@@ -133,6 +133,7 @@ class Kubelet:
         self._last_status_write = 0.0
         self._last_lease_renew = 0.0
         self._registered = None          # resource name -> count the plugin registered; None = not registered
+        self._healthy_uuids = set()      # GPUs the registered plugin last saw healthy
         self._registered_by = None       # uid of the plugin pod that registered
         self._capacity_extended = {}     # kubelet checkpoint: extended resources seen registered
         self._stale_plugin_uid = None    # plugin pod that will not re-register (stale-device-plugin)
@@ -211,6 +212,7 @@ class Kubelet:
             self._boot(snapshot, now)
         if self._reregister_after is not None and now >= self._reregister_after:
             self._reregister_running_plugin(now)
+        self._follow_device_health(snapshot, now)
         if node is None:
             node = self.client.create("nodes", self._node_object(snapshot))
             if node is None:
@@ -600,9 +602,26 @@ class Kubelet:
         else:
             self._registered = deviceplugin.extended_resources(gpus, self.config.mig_strategy)
             self._capacity_extended.update(self._registered)
+        self._healthy_uuids = {gpu["uuid"] for gpu in gpus}
         self._registered_by = meta(pod).get("uid")
         self.logs.append(meta(pod).get("namespace"), meta(pod)["name"],
                          deviceplugin.startup_log(self._registered or {deviceplugin.GPU_RESOURCE: 0}, now))
+
+    def _follow_device_health(self, snapshot: _ViewSnapshot, now: float) -> None:
+        """A registered plugin keeps watching NVML: a GPU that fell off the bus (Xid 79) goes Unhealthy, so
+        allocatable drops while capacity keeps counting it; a GPU back after a reset is healthy again."""
+        if not self._registered or self.config.dra or not snapshot.up:
+            return
+        healthy = deviceplugin.extended_resources(snapshot.gpus, self.config.mig_strategy)
+        if all(healthy.get(name, 0) == count for name, count in self._registered.items()):
+            return
+        uuids = {gpu["uuid"] for gpu in snapshot.gpus}
+        plugin = self._plugin_pod()
+        if plugin is not None:
+            self.logs.append(meta(plugin).get("namespace"), meta(plugin)["name"],
+                             deviceplugin.unhealthy_log(sorted(self._healthy_uuids - uuids), now))
+        self._registered = {name: healthy.get(name, 0) for name in self._registered}
+        self._healthy_uuids = uuids
 
     def _reregister_running_plugin(self, now: float) -> None:
         """After a kubelet restart a healthy plugin sees kubelet.sock recreated and registers again."""
@@ -616,6 +635,7 @@ class Kubelet:
         self.logs.append(meta(plugin).get("namespace"), meta(plugin)["name"],
                          deviceplugin.kubelet_restart_log(resources or {deviceplugin.GPU_RESOURCE: 0}, now))
         self._registered = resources
+        self._healthy_uuids = {gpu["uuid"] for gpu in gpus}
         self._registered_by = meta(plugin).get("uid")
         self._capacity_extended.update(resources)
 

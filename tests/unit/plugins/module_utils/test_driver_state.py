@@ -302,3 +302,10 @@ def test_device_nodes_sort_gpu_nodes_first_in_numeric_order():
     paths = ["/dev/nvidia10", "/dev/nvidiactl", "/dev/nvidia2", "/dev/nvidia-uvm"]
     assert sorted(paths, key=ds.device_node_sort_key) == [
         "/dev/nvidia2", "/dev/nvidia10", "/dev/nvidia-uvm", "/dev/nvidiactl"]
+
+
+def test_nvml_library_version_comes_from_the_versioned_file_name():
+    assert ds.nvml_library_version_from_filename("libnvidia-ml.so.550.54.15") == "550.54.15"
+    assert ds.nvml_library_version_from_filename("libnvidia-ml.so.580.82") == "580.82"
+    assert ds.nvml_library_version_from_filename("libnvidia-ml.so.1") is None
+    assert ds.nvml_library_version_from_filename("libcuda.so.550.54.15") is None

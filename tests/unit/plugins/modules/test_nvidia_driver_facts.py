@@ -72,6 +72,7 @@ class FakeHost:
                                    ("PROC_DRIVER_VERSION", "proc/driver/nvidia/version"), ("DEV_DIR", "dev"),
                                    ("LIB_MODULES", "lib/modules")):
             monkeypatch.setattr(nvidia_driver_facts, constant, str(self.root / relative))
+        monkeypatch.setattr(nvidia_driver_facts, "NVML_LIBRARY_DIRS", (str(self.root / "usr/lib/x86_64-linux-gnu"),))
         (self.root / "sys/bus/pci/devices").mkdir(parents=True)
         (self.root / "sys/module").mkdir(parents=True)
         (self.root / "dev").mkdir()
@@ -109,6 +110,13 @@ class FakeHost:
 
     def headers(self):
         (self.root / "lib/modules" / RELEASE / "build").mkdir(parents=True)
+
+    def nvml_library(self, version):
+        """libnvidia-ml.so.1 -> libnvidia-ml.so.<version>, as the driver's packages and the runfile install it."""
+        library_dir = self.root / "usr/lib/x86_64-linux-gnu"
+        library_dir.mkdir(parents=True, exist_ok=True)
+        (library_dir / ("libnvidia-ml.so." + version)).write_text("")
+        os.symlink("libnvidia-ml.so." + version, str(library_dir / "libnvidia-ml.so.1"))
 
     def efivars(self, secure_boot, setup_mode):
         efivars = self.root / "sys/firmware/efi/efivars"
@@ -313,6 +321,23 @@ def test_version_mismatch_from_real_580_texts_is_diagnosed(host, capsys):
     assert codes(facts) == ["version_mismatch"]
     assert "580.173.02" in facts["diagnosis"][0]["message"] and "580.178" in facts["diagnosis"][0]["message"]
     assert "lsmod " in host.calls()
+
+
+def test_mismatch_before_580_names_the_userspace_version_from_the_nvml_library_file(host, capsys):
+    """Drivers before 580 print only 'Driver/library version mismatch': libnvidia-ml.so.1's target says the rest."""
+    host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
+    host.write("proc/modules", LOADED_MODULES)
+    host.write("proc/driver/nvidia/version",
+               fixture_text("proc-driver-nvidia-version_open_x86_64_565.57.01_ubuntu2404.txt")
+               .replace("565.57.01", "550.54.14"))
+    host.char_devices(("nvidia0", 0), ("nvidiactl", 255))
+    host.nvml_library("550.54.15")
+    host.tool("nvidia-smi", {"-q -x": ("Failed to initialize NVML: Driver/library version mismatch\n", 18)})
+    facts = host.run(capsys, gather_subset=["!dkms", "!xid", "!secure_boot"])["ansible_facts"]["nvidia_driver"]
+    assert facts["userspace"]["nvml_library_version"] == "550.54.15"
+    assert facts["version_mismatch"] is True
+    message = finding(facts, "version_mismatch")["message"]
+    assert "550.54.14" in message and "550.54.15" in message
 
 
 def secure_boot_host(host, pending_text):
