@@ -16,8 +16,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import
     is_gpu_class,
     normalize_fingerprint,
     nvidia_dkms_entries,
-    nvml_bus_id_to_pci_address,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_smi import sysfs_pci_address
 from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import XID_CATALOG, xid_severity
 
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
@@ -297,7 +297,7 @@ def check_gpu_count(facts):
     if not (facts.get("userspace") or {}).get("nvml_ok"):
         return []
     expected = [device["address"] for device in _gpu_functions(facts) if device.get("driver") != "vfio-pci"]
-    seen = set(nvml_bus_id_to_pci_address(gpu.get("pci_bus_id")) for gpu in facts.get("gpus") or [])
+    seen = set(sysfs_pci_address(gpu.get("pci_bus_id")) for gpu in facts.get("gpus") or [])
     count = facts.get("gpu_count") or 0
     if count == len(expected):
         return []

@@ -86,16 +86,6 @@ def read_pci_devices(sysfs_pci_dir):
     return devices
 
 
-def nvml_bus_id_to_pci_address(pci_bus_id):
-    """'00000000:18:00.0' (NVML, 8-digit domain) -> '0000:18:00.0' (sysfs, 4-digit domain)."""
-    if not pci_bus_id:
-        return None
-    domain, _sep, rest = pci_bus_id.lower().partition(":")
-    if not rest:
-        return pci_bus_id.lower()
-    return "%04x:%s" % (int(domain, 16), rest)
-
-
 # ---------------------------------------------------------------- layer 1: kernel module
 
 

@@ -42,6 +42,7 @@ _FALSE_WORDS = frozenset(("disabled", "no", "not active", "off", "false"))
 _LEADING_INT_RE = re.compile(r"^\s*(-?\d+)(?:\s|$)")
 _LEADING_FLOAT_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)(?:\s|$)")
 _XML_START_RE = re.compile(r"<\?xml|<nvidia_smi_log[\s>]")
+_PCI_BUS_ID_RE = re.compile(r"^\s*([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\s*$")
 
 
 # --------------------------------------------------------------------------- value helpers
@@ -92,14 +93,18 @@ def _to_bool(value):
 
 
 def sysfs_pci_address(bus_id):
-    """NVML bus id ("00000000:00:1E.0") -> sysfs device name ("0000:00:1e.0"); None when it is not one."""
+    """NVML bus id ("00000000:00:1E.0") -> sysfs device name ("0000:00:1e.0"); None when it is not one.
+
+    The domain is printed as the kernel names devices ("%04x"): 4 digits, more for domains above 0xffff
+    (Intel VMD puts its devices in domains from 0x10000).
+    """
     if not bus_id:
         return None
-    match = re.match(r"^\s*([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\s*$", bus_id)
+    match = _PCI_BUS_ID_RE.match(bus_id)
     if not match:
         return None
     domain, bus, device, function = match.groups()
-    return "%s:%s:%s.%s" % (domain[-4:].lower(), bus.lower(), device.lower(), function)
+    return "%04x:%s:%s.%s" % (int(domain, 16), bus.lower(), device.lower(), function)
 
 
 # --------------------------------------------------------------------------- nvidia-smi -q -x

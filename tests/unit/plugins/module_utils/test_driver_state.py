@@ -292,12 +292,6 @@ def test_efivar_value_byte_follows_four_attribute_bytes(tmp_path):
 # ---------------------------------------------------------------- small helpers
 
 
-def test_nvml_bus_id_becomes_sysfs_address():
-    assert ds.nvml_bus_id_to_pci_address("00000000:18:00.0") == "0000:18:00.0"
-    assert ds.nvml_bus_id_to_pci_address("00000019:01:00.0") == "0019:01:00.0"
-    assert ds.nvml_bus_id_to_pci_address(None) is None
-
-
 def test_device_nodes_sort_gpu_nodes_first_in_numeric_order():
     paths = ["/dev/nvidia10", "/dev/nvidiactl", "/dev/nvidia2", "/dev/nvidia-uvm"]
     assert sorted(paths, key=ds.device_node_sort_key) == [

@@ -298,7 +298,12 @@ def test_xml_cut_after_the_closing_root_tag_still_parses():
     ("00000000:00:1E.0", "0000:00:1e.0"),
     ("00000000:C1:00.0", "0000:c1:00.0"),
     ("0000:18:00.0", "0000:18:00.0"),
+    ("00000000:18:00.0", "0000:18:00.0"),
+    ("00000019:01:00.0", "0019:01:00.0"),
+    # Intel VMD domains start at 0x10000; the kernel names them with all their digits.
+    ("00010000:01:00.0", "10000:01:00.0"),
     ("not-a-bus-id", None),
+    ("zzzz0000:18:00.0", None),
     (None, None),
 ])
 def test_nvml_bus_id_maps_to_the_sysfs_device_name(bus_id, sysfs_name):
