@@ -548,12 +548,13 @@ def devices_from_facts(facts):
     gpus = [gpu for gpu in _as_list(facts.get("gpus")) if isinstance(gpu, dict)]
     if not gpus:
         raise CDIError("facts: no GPUs in facts.gpus, so there is no device to describe")
+    for gpu in gpus:
+        if gpu.get("index") is None:
+            raise CDIError("facts: a GPU in facts.gpus has no index (uuid %s)" % gpu.get("uuid"))
     known_paths = _node_paths_from_facts(facts)
     check_caps = any(path.startswith("/dev/nvidia-caps/") for path in known_paths if isinstance(path, str))
     devices = []
-    for gpu in sorted(gpus, key=lambda item: int(item.get("index", -1))):
-        if gpu.get("index") is None:
-            raise CDIError("facts: a GPU in facts.gpus has no index (uuid %s)" % gpu.get("uuid"))
+    for gpu in sorted(gpus, key=_gpu_minor):
         gpu_path = "/dev/nvidia%d" % _gpu_minor(gpu)
         _require_node(gpu_path, known_paths, "GPU %s" % gpu["index"])
         edits = {"deviceNodes": [{"path": gpu_path}]}

@@ -482,6 +482,13 @@ def test_facts_generator_refuses_missing_mig_cap_nodes_when_caps_are_listed():
         _cdi.devices_from_facts(facts)
 
 
+@pytest.mark.parametrize("gpu_without_index", [{"uuid": "GPU-b"}, {"index": None, "uuid": "GPU-b"}])
+def test_facts_generator_names_the_gpu_that_has_no_index(gpu_without_index):
+    facts = facts_with([{"index": 0, "uuid": "GPU-a", "mig_devices": []}, gpu_without_index], ["/dev/nvidia0"])
+    with pytest.raises(_cdi.CDIError, match=r"a GPU in facts.gpus has no index \(uuid GPU-b\)"):
+        _cdi.devices_from_facts(facts)
+
+
 def test_facts_generator_refuses_facts_without_gpus():
     with pytest.raises(_cdi.CDIError, match="no GPUs"):
         _cdi.devices_from_facts({"gpus": [], "device_nodes": []})
