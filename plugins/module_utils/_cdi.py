@@ -637,9 +637,9 @@ def parse(text, fmt):
     """Parse spec text; JSON needs nothing, YAML that is not plain JSON needs PyYAML."""
     try:
         return json.loads(text)
-    except ValueError:
+    except ValueError as exc:
         if fmt == "json":
-            raise CDIError("not valid JSON")
+            raise CDIError("not valid JSON: %s" % exc)
     if not HAS_YAML:
         raise YAMLUnavailableError("reading this YAML file needs PyYAML (python3-yaml), which is not installed")
     try:

@@ -97,6 +97,11 @@ def test_empty_schema_testdata_file_is_not_a_spec():
     assert _cdi.validate_spec(_cdi.parse(text, "yaml")) == ["(root): a CDI spec must be a mapping, got NoneType"]
 
 
+def test_invalid_json_error_says_where_the_text_breaks():
+    with pytest.raises(_cdi.CDIError, match=r"^not valid JSON: Expecting value: line 2 column 10"):
+        _cdi.parse('{"cdiVersion": "0.5.0",\n "kind": }', "json")
+
+
 # ----------------------------------------------------------------------------------------- schema cross-check
 
 
