@@ -391,14 +391,14 @@ def _version_errors(spec):
 
 def _semantic_errors(spec):
     declared = spec["cdiVersion"]
+    spec_version = declared if is_known_version(declared) else None
     errors = _version_errors(spec)
     message = kind_error(spec["kind"])
     if message:
         errors.append("kind: %s" % message)
     if isinstance(spec.get("containerEdits"), dict):
-        spec_version = declared if is_known_version(declared) else None
         errors.extend(_edits_errors(spec["containerEdits"], ["containerEdits"], spec_version))
-    errors.extend(_device_errors(spec, declared if is_known_version(declared) else None))
+    errors.extend(_device_errors(spec, spec_version))
     return errors
 
 
