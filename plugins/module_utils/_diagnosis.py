@@ -56,6 +56,11 @@ def _gpu_functions(facts):
     return [device for device in facts.get("pci_devices") or [] if is_gpu_class(device.get("class_id"))]
 
 
+def _pci_shows_no_gpu(facts, gathered):
+    """PCI was read and has no GPU: no_nvidia_pci_device says why, so driver checks stay silent."""
+    return "pci" in gathered and not _gpu_functions(facts)
+
+
 def _gpu_label(gpu):
     return "GPU %s (%s, %s)" % (gpu.get("index"), gpu.get("name") or "unknown model", gpu.get("pci_bus_id"))
 
@@ -102,10 +107,8 @@ def check_nouveau(facts):
 
 def check_module_loaded(facts, gathered):
     module = facts.get("kernel_module") or {}
-    if module.get("loaded"):
+    if module.get("loaded") or _pci_shows_no_gpu(facts, gathered):
         return []
-    if "pci" in gathered and not _gpu_functions(facts):
-        return []  # no GPU: no_nvidia_pci_device already says why
     release = (facts.get("kernel") or {}).get("release") or "the running kernel"
     if module.get("filename"):
         found = "The module on disk is %s (version %s)." % (module["filename"], module.get("version"))
@@ -232,9 +235,7 @@ def check_dkms(facts):
 
 def check_headers(facts, gathered):
     kernel = facts.get("kernel") or {}
-    if kernel.get("headers_present") or not kernel.get("release"):
-        return []
-    if "pci" in gathered and not _gpu_functions(facts):
+    if kernel.get("headers_present") or not kernel.get("release") or _pci_shows_no_gpu(facts, gathered):
         return []
     uses_dkms = bool(nvidia_dkms_entries(facts.get("dkms") or []))
     if not uses_dkms and (facts.get("kernel_module") or {}).get("loaded"):

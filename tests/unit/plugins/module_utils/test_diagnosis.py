@@ -108,6 +108,17 @@ def test_node_without_nvidia_pci_function_is_diagnosed():
     assert "module_not_loaded" not in codes(result)  # no GPU is the cause, not the module
 
 
+def test_driver_checks_stay_silent_when_pci_shows_no_gpu_but_speak_when_pci_was_not_read():
+    facts = module_not_loaded(healthy_facts())
+    facts["pci_devices"] = []
+    facts["kernel"]["headers_present"] = False
+    facts["kernel"]["headers_path"] = None
+    assert not set(codes(diagnose(facts))) & {"module_not_loaded", "kernel_headers_missing"}
+    without_pci = codes(diagnose(facts, gathered=ALL_SUBSETS - {"pci"}))
+    assert "module_not_loaded" in without_pci
+    assert "kernel_headers_missing" in without_pci
+
+
 def test_nvswitch_alone_is_not_a_gpu():
     facts = module_not_loaded(healthy_facts())
     facts["pci_devices"] = [{"address": "0000:07:00.0", "vendor_id": "0x10de", "device_id": "0x22a3",
