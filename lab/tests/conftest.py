@@ -141,14 +141,3 @@ def lab(tmp_path_factory):
     yield running
     stop_lab(running)
     shutil.rmtree(os.path.dirname(state_dir), ignore_errors=True)
-
-
-def nvidia_layer_has(dotted: str) -> bool:
-    """True when the NVIDIA layer already provides ``gpulab.nvidia.<module>.<function>``."""
-    import importlib
-    module_name, function = dotted.rsplit(".", 1)
-    sys.path.insert(0, LAB_DIR)
-    try:
-        return hasattr(importlib.import_module("gpulab.nvidia." + module_name), function)
-    except ImportError:
-        return False

@@ -226,8 +226,8 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
     """The NVIDIA side of a node after a boot (contract in `lab/ARCHITECTURE.md`).
 
     Extra keys beyond the contract: `efi` (the EFI state after MokManager ran: write it back to efi.json),
-    `lsmod_text` (write to `run/modules`), `kmsg_records` (the `kmsg` lines in `/dev/kmsg` record format, for
-    `run/kmsg` after a `# boot_epoch=` line), `nouveau_loaded`, `module_rejected`, `kernel_module_path`.
+    `kmsg_records` (the `kmsg` lines in `/dev/kmsg` record format, for `run/kmsg` after a `# boot_epoch=` line),
+    `nouveau_loaded`, `module_rejected`, `kernel_module_path`.
 
     Faults it honours: `dkms-fail` (a dkms-built module is not there for the running kernel), `driver-mismatch`
     (the loaded module is the previous driver's), `nouveau` (nouveau wins the GPUs even with nvidia installed),
@@ -285,7 +285,6 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
         else:
             state["module_rejected"] = True
     state["pci_devices"] = _pci_view(gpus, driver)
-    state["lsmod_text"] = kmsg.render_lsmod(state["modules"])
     state["kmsg"] = [text for _level, text in kmsg_lines]
     state["kmsg_records"] = kmsg.boot_records(kmsg_lines)
     return state
@@ -319,21 +318,6 @@ def apply_xid(hw: dict, code: int, gpu_index: int, pid: int | None = None, proce
     lines = kmsg.xid_lines(new_hw, gpu_index, code, pid, process)
     _apply_xid_effect(gpu, code)
     return new_hw, lines
-
-
-def apply_gpu_fell_off_bus(hw: dict, gpu_index: int) -> tuple:
-    """A GPU lost without an Xid (the multi-line NVRM message, NVSentinel#155 format)."""
-    new_hw = copy.deepcopy(hw)
-    gpu = _gpu_by_index(new_hw, gpu_index)
-    gpu["on_bus"] = False
-    return new_hw, ["NVRM: The NVIDIA GPU %s\nNVRM: (PCI ID: 10de:%s) installed in this system has\nNVRM: fallen off "
-                    "the bus and is not responding to commands." % (gpu["pci_address"], gpu["device_id"][2:])]
-
-
-def apply_thermal(hw: dict, gpu_index: int, temperature_c: int) -> tuple:
-    new_hw = copy.deepcopy(hw)
-    _gpu_by_index(new_hw, gpu_index)["temperature_c"] = temperature_c
-    return new_hw, []
 
 
 def clear_gpu_faults(hw: dict, gpu_index: int | None = None) -> dict:

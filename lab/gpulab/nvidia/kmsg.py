@@ -176,18 +176,6 @@ def render_lsmod(modules: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_proc_modules(modules: list) -> str:
-    """`/proc/modules` lines: name size refcount users, state, address, taint flags."""
-    lines = []
-    for module in modules:
-        users = module.get("used_by", [])
-        count = module.get("refcount", len(users))
-        lines.append("%s %d %d %s Live 0x0000000000000000 (%s)" % (
-            module["name"], module["size"], count, "".join(user + "," for user in users) or "-",
-            module.get("taint", "OE")))
-    return "\n".join(lines) + ("\n" if lines else "")
-
-
 def lsmod_main(argv: list | None = None) -> int:
     root = os.environ.get("GPULAB_NODE_ROOT", "/")
     try:

@@ -7,7 +7,6 @@ templates (`kmod/`) and the fake `nvidia-smi` (`smi.py`) embedded.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -94,8 +93,3 @@ def install_driver(root: str, version: str, flavor: str | None = None, dkms: boo
         raise RuntimeError("%s %s failed (exit status %d): %s%s" % (runfile_name(version), " ".join(argv[2:]),
                                                                    done.returncode, done.stdout, done.stderr))
     return done
-
-
-def copy_runfile(src: str, dest_dir: str) -> str:
-    os.makedirs(dest_dir, exist_ok=True)
-    return shutil.copy2(src, dest_dir)
