@@ -194,6 +194,14 @@ spec:
   type: dict
   sample: {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
            "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]}
+errors:
+  description:
+    - Every reason the spec was refused, field path first; the module then fails, writes nothing, and its
+      message shows the first five. RV(spec) is then the refused spec.
+  returned: when the spec is invalid
+  type: list
+  elements: str
+  sample: ['devices[0].containerEdits.env[0]: "FOO" must be KEY=VALUE']
 """
 
 import os
