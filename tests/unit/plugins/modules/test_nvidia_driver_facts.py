@@ -108,6 +108,14 @@ class FakeHost:
         rdev = os.stat(path).st_rdev
         return {"path": path, "major": os.major(rdev), "minor": os.minor(rdev)}
 
+    def loaded_open_driver(self, version):
+        """The nvidia modules loaded, the real open-module /proc version line with version, /dev/nvidia0 and nvidiactl."""
+        self.write("proc/modules", LOADED_MODULES)
+        self.write("proc/driver/nvidia/version",
+                   fixture_text("proc-driver-nvidia-version_open_x86_64_565.57.01_ubuntu2404.txt")
+                   .replace("565.57.01", version))
+        self.char_devices(("nvidia0", 0), ("nvidiactl", 255))
+
     def headers(self):
         (self.root / "lib/modules" / RELEASE / "build").mkdir(parents=True)
 
@@ -172,12 +180,7 @@ UNRELATED_MODULES = proc_modules("drm_kms_helper 200704 1 -", "drm 638976 2 drm_
 def healthy_a100_mig_host(host):
     """The telegraf A100-SXM4-80GB (535.54.03, MIG enabled, 4 MIG devices) as a healthy DKMS node."""
     host.pci_gpu("0000:01:00.0", "0x20b2", "nvidia")
-    host.write("proc/modules", LOADED_MODULES)
-    # The real open-module /proc line, with the version of the XML's driver.
-    host.write("proc/driver/nvidia/version",
-               fixture_text("proc-driver-nvidia-version_open_x86_64_565.57.01_ubuntu2404.txt")
-               .replace("565.57.01", "535.54.03"))
-    host.char_devices(("nvidia0", 0), ("nvidiactl", 255))
+    host.loaded_open_driver("535.54.03")  # the version of the XML's driver
     host.headers()
     host.tool("nvidia-smi", {"-q -x": (fixture_text(A100_XML), 0), "-L": (fixture_text(A100_MIG_LIST), 0)})
     host.tool("modinfo", {"nvidia": (fixture_text(OPEN_MODINFO).replace("590.44.01", "535.54.03"), 0)})
@@ -326,11 +329,7 @@ def test_version_mismatch_from_real_580_texts_is_diagnosed(host, capsys):
 def test_mismatch_before_580_names_the_userspace_version_from_the_nvml_library_file(host, capsys):
     """Drivers before 580 print only 'Driver/library version mismatch': libnvidia-ml.so.1's target says the rest."""
     host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
-    host.write("proc/modules", LOADED_MODULES)
-    host.write("proc/driver/nvidia/version",
-               fixture_text("proc-driver-nvidia-version_open_x86_64_565.57.01_ubuntu2404.txt")
-               .replace("565.57.01", "550.54.14"))
-    host.char_devices(("nvidia0", 0), ("nvidiactl", 255))
+    host.loaded_open_driver("550.54.14")
     host.nvml_library("550.54.15")
     host.tool("nvidia-smi", {"-q -x": ("Failed to initialize NVML: Driver/library version mismatch\n", 18)})
     facts = host.run(capsys, gather_subset=["!dkms", "!xid", "!secure_boot"])["ansible_facts"]["nvidia_driver"]
@@ -374,10 +373,7 @@ def test_secure_boot_signer_pending_enrollment_says_confirm_in_mokmanager(host, 
 
 def test_missing_tools_give_null_facts_and_diagnosis_without_failing(host, capsys):
     host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
-    host.write("proc/modules", LOADED_MODULES)
-    host.write("proc/driver/nvidia/version",
-               fixture_text("proc-driver-nvidia-version_open_x86_64_565.57.01_ubuntu2404.txt"))
-    host.char_devices(("nvidia0", 0), ("nvidiactl", 255))
+    host.loaded_open_driver("565.57.01")
     host.headers()
     host.efivars(secure_boot=True, setup_mode=False)
     # modinfo and dkms live in /usr/sbin on most hosts, which get_bin_path always searches: fake them too.
