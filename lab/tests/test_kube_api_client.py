@@ -140,6 +140,18 @@ def test_patches_of_all_three_types_through_the_client(twin):
     assert [record["code"] for record in requests] == [200, 200, 200]
 
 
+def test_scale_subresource_answers_a_bad_patch_as_the_main_resource_does(twin):
+    twin.store.create("deployments", {"metadata": {"name": "web"}, "spec": {"replicas": 1}}, "default")
+    apps = client.AppsV1Api(twin.api_client)
+    twin.api_client.set_default_header("Content-Type", "application/json-patch+json")
+    bad_patch = [{"op": "remove", "path": "/spec/paused"}]
+    for patch_call in (apps.patch_namespaced_deployment, apps.patch_namespaced_deployment_scale):
+        with pytest.raises(ApiException) as invalid:
+            patch_call("web", "default", bad_patch)
+        assert invalid.value.status == 422 and json.loads(invalid.value.body)["reason"] == "Invalid"
+    assert twin.store.get("deployments", "web", "default")["spec"]["replicas"] == 1
+
+
 def test_stale_replace_is_409_and_status_subresource_keeps_spec(twin):
     twin.add_node("gpu-0")
     stale = twin.core.read_node("gpu-0")

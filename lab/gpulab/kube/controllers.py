@@ -1,9 +1,9 @@
 """kube-controller-manager + kube-scheduler of the twin, on ONE thread.
 
 `ControllerManager` keeps an informer cache fed by `Store.subscribe` (so a pass reads no store lists) and
-runs one pass per change or per tick (0.5 s): namespaces, node lifecycle (cordon and NotReady taints),
+runs one pass per change or per tick (0.5 s): node lifecycle (cordon and NotReady taints),
 kubelets, deployments -> replicasets -> pods, daemonsets, scheduling and NoExecute taint eviction.
-PDB status and cascading deletion belong to the store (lab/gpulab/kube/README.md, "agreed split").
+The default namespaces, PDB status and cascading deletion belong to the store (lab/gpulab/kube/README.md, "agreed split").
 Tests drive it synchronously with `run_once()`.
 """
 
@@ -19,10 +19,9 @@ import time
 import traceback
 
 from . import scheduler
-from .store import ApiError
+from .eviction import controller_owner, pod_is_ready, pod_is_terminal, scaled_int_or_percent
+from .store import MERGE_PATCH, ApiError
 
-MERGE = "application/merge-patch+json"
-DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 WATCHED_RESOURCES = ("namespaces", "nodes", "pods", "deployments", "replicasets", "daemonsets",
                      "poddisruptionbudgets", "leases")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -73,29 +72,13 @@ def resource_version_int(obj: dict) -> int:
         return 0
 
 
-def controller_owner(obj: dict):
-    for reference in meta(obj).get("ownerReferences") or []:
-        if reference.get("controller"):
-            return reference
-    return None
-
-
 def owner_reference(owner: dict) -> dict:
     return {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"), "name": meta(owner)["name"],
             "uid": meta(owner).get("uid"), "controller": True, "blockOwnerDeletion": True}
 
 
-def pod_is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
 def pod_is_terminating(pod: dict) -> bool:
     return bool(meta(pod).get("deletionTimestamp"))
-
-
-def pod_is_terminal(pod: dict) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def pod_counts_for_controller(pod: dict) -> bool:
@@ -184,7 +167,6 @@ class ControllerManager:
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self, background: bool = True) -> None:
         self.informer.start()
-        self.ensure_default_namespaces()
         if background:
             self.start_thread()
 
@@ -260,7 +242,7 @@ class ControllerManager:
 
     def patch(self, resource: str, obj: dict, patch: dict, subresource=None):
         try:
-            patched = self.store.patch(resource, meta(obj)["name"], patch, MERGE,
+            patched = self.store.patch(resource, meta(obj)["name"], patch, MERGE_PATCH,
                                        namespace=meta(obj).get("namespace"), subresource=subresource)
         except ApiError as error:
             if error.code == 404:
@@ -302,12 +284,6 @@ class ControllerManager:
             self.store.create("events", event, namespace=namespace)
         except ApiError:
             pass
-
-    # --- namespaces -----------------------------------------------------------------------------
-    def ensure_default_namespaces(self) -> None:
-        for name in DEFAULT_NAMESPACES:
-            if self.informer.get("namespaces", name) is None:
-                self.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     # --- node lifecycle -------------------------------------------------------------------------
     def sync_node_taints(self, now: float) -> None:
@@ -629,13 +605,6 @@ def pods_to_scale_down(active_pods: list, count: int) -> list:
     return newest_first[:count]
 
 
-def _int_or_percent(value, total: int, round_up: bool) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        scaled = int(value[:-1]) * total / 100.0
-        return int(-(-scaled // 1)) if round_up else int(scaled // 1)
-    return int(value)
-
-
 def rollout_targets(spec: dict, desired: int, new_rs: dict, old_sets: list) -> list:
     """[(replicaset, replicas)] for the next step of a RollingUpdate (or Recreate) rollout."""
     def replicas(rs):
@@ -651,8 +620,8 @@ def rollout_targets(spec: dict, desired: int, new_rs: dict, old_sets: list) -> l
     if not any(replicas(rs) for rs in old_sets):
         return [(new_rs, desired)] + [(rs, 0) for rs in old_sets]
     rolling = strategy.get("rollingUpdate") or {}
-    max_surge = _int_or_percent(rolling.get("maxSurge", "25%"), desired, round_up=True)
-    max_unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
+    max_surge = scaled_int_or_percent(rolling.get("maxSurge", "25%"), desired, round_up=True)
+    max_unavailable = scaled_int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
     if max_surge == 0 and max_unavailable == 0:
         max_unavailable = 1
     total = replicas(new_rs) + sum(replicas(rs) for rs in old_sets)
@@ -676,7 +645,7 @@ def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: i
     available = total("availableReplicas")
     updated = int((new_rs.get("status") or {}).get("replicas", 0))
     rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
-    max_unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
+    max_unavailable = scaled_int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
     complete = updated == desired and total("replicas") == desired and available >= desired
     previous = {c.get("type"): c for c in (deployment.get("status") or {}).get("conditions") or []}
     minimum_available = available >= desired - max_unavailable

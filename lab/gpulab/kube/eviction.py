@@ -40,16 +40,18 @@ def pods_selected_by(pdb: dict, pods: List[dict]) -> List[dict]:
     return [pod for pod in pods if selector.matches((pod.get("metadata") or {}).get("labels"))]
 
 
-def _scaled_value(value, total: int, round_up: bool) -> int:
-    """An IntOrString (``2`` or ``"50%"``) scaled against ``total``."""
+def scaled_int_or_percent(value, total: int, round_up: bool) -> int:
+    """An IntOrString (``2`` or ``"50%"``) scaled against ``total`` (upstream
+    ``intstr.GetScaledValueFromIntOrPercent``)."""
     if isinstance(value, str) and value.endswith("%"):
         fraction = int(value[:-1]) * total / 100.0
         return int(math.ceil(fraction)) if round_up else int(math.floor(fraction))
     return int(value)
 
 
-def _controller_ref(pod: dict) -> Optional[dict]:
-    for reference in (pod.get("metadata") or {}).get("ownerReferences") or []:
+def controller_owner(obj: dict) -> Optional[dict]:
+    """The ownerReference marked ``controller: true``, or None."""
+    for reference in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if reference.get("controller"):
             return reference
     return None
@@ -60,7 +62,7 @@ def expected_pod_count(pods: List[dict], controller_scale: Callable[[dict, str],
     returns ``spec.replicas`` of the owner or None when unknown."""
     scales: Dict[str, int] = {}
     for pod in pods:
-        reference = _controller_ref(pod)
+        reference = controller_owner(pod)
         if reference is None:
             scales["pod/" + pod["metadata"]["name"]] = 1
             continue
@@ -79,10 +81,10 @@ def compute_pdb_status(pdb: dict, namespace_pods: List[dict],
     current_healthy = sum(1 for pod in pods if pod_is_healthy(pod))
     if spec.get("maxUnavailable") is not None:
         expected = expected_pod_count(pods, controller_scale)
-        desired = max(0, expected - _scaled_value(spec["maxUnavailable"], expected, round_up=True))
+        desired = max(0, expected - scaled_int_or_percent(spec["maxUnavailable"], expected, round_up=True))
     elif isinstance(spec.get("minAvailable"), str):
         expected = expected_pod_count(pods, controller_scale)
-        desired = _scaled_value(spec["minAvailable"], expected, round_up=True)
+        desired = scaled_int_or_percent(spec["minAvailable"], expected, round_up=True)
     else:
         expected = len(pods)
         desired = int(spec.get("minAvailable") or 0)

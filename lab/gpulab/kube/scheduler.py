@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from .eviction import pod_is_terminal
+
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 _QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
@@ -119,16 +121,12 @@ def node_matches_affinity(pod: dict, node: dict) -> bool:
     return False
 
 
-def pod_is_active(pod: dict) -> bool:
-    """Bound pods that still hold node resources (not Succeeded/Failed)."""
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
 def free_resources(node: dict, bound_pods: list) -> dict:
-    """Allocatable minus the requests of the active pods bound to the node; `pods` counts pods."""
+    """Allocatable minus the requests of the bound pods that still hold node resources (not
+    Succeeded/Failed); `pods` counts pods."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     free = {name: parse_quantity(value) for name, value in allocatable.items()}
-    active = [pod for pod in bound_pods if pod_is_active(pod)]
+    active = [pod for pod in bound_pods if not pod_is_terminal(pod)]
     if "pods" in free:
         free["pods"] -= len(active)
     for pod in active:

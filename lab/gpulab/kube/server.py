@@ -18,7 +18,9 @@ from typing import Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import discovery, protobuf, tls
-from .store import APPLY_PATCH, PATCH_TYPES, RESOURCES, ApiError, Store, apply_patch_document, decode_patch
+from .eviction import pod_is_terminal
+from .store import (APPLY_PATCH, MERGE_PATCH, RESOURCES, ApiError, Store, apply_patch_document, check_patch_type,
+                    decode_patch)
 
 DEFAULT_WATCH_TIMEOUT_S = 1800
 OPENAPI_V2_PROTOBUF = "application/octet-stream"   # what kube-openapi answers for the protobuf form
@@ -142,12 +144,16 @@ class _Handler(BaseHTTPRequestHandler):
             body += self.rfile.read(size)
             self.rfile.readline()
 
+    def _content_type(self, default: str = "") -> str:
+        """The request's media type, without parameters (``; charset=utf-8``)."""
+        return (self.headers.get("Content-Type") or default).split(";")[0].strip()
+
     def _json_body(self):
         """The body as a JSON-form object, whether it came as JSON, YAML or Kubernetes protobuf."""
         body = self._read_body()
         if not body:
             return {}
-        content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        content_type = self._content_type("application/json")
         if content_type == "application/vnd.kubernetes.protobuf":
             try:
                 return protobuf.decode_k8s_protobuf(body)
@@ -425,10 +431,8 @@ class _Handler(BaseHTTPRequestHandler):
                                               dry_run=dry_run))
         elif self.command == "PATCH":
             self._verb = "patch"
-            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            if content_type not in PATCH_TYPES:
-                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format -"
-                               " accepted media types include: " + ", ".join(PATCH_TYPES))
+            content_type = self._content_type()
+            check_patch_type(content_type)
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
                                  route.subresource, dry_run=dry_run, force=_is_true(_first(query, "force")))
@@ -524,7 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif not text.startswith(sent):
                 self._write_chunk(text.encode())   # the container restarted: a new log
             sent = text
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if pod_is_terminal(pod):
                 break
         self._end_stream()
 
@@ -542,13 +546,13 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "PUT":
                 wanted = self._json_body()
             else:
-                content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                content_type = self._content_type()
+                check_patch_type(content_type)
                 wanted = apply_patch_document(current, decode_patch(self._read_body(), content_type), content_type)
             replicas = (wanted.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or replicas < 0:
                 raise ApiError(422, "Invalid", "Scale.spec.replicas: Invalid value: %r" % (replicas,))
-            store.patch(route.resource, route.name, {"spec": {"replicas": replicas}},
-                        "application/merge-patch+json", route.namespace)
+            store.patch(route.resource, route.name, {"spec": {"replicas": replicas}}, MERGE_PATCH, route.namespace)
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         self._send_json(200, _scale_of(store.get(route.resource, route.name, route.namespace)))

@@ -517,20 +517,14 @@ class Store:
               subresource: Optional[str] = None, dry_run: bool = False, force: bool = False) -> dict:
         """Patch with one of PATCH_TYPES; ``patch`` is a dict/list or its JSON (YAML for apply) text."""
         info = self._info(resource)
-        if patch_type not in PATCH_TYPES:
-            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
-                           " media types include: " + ", ".join(PATCH_TYPES))
+        check_patch_type(patch_type)
         document = decode_patch(patch, patch_type)
         with self._mutating():
             key = self._key(resource, name, namespace)
             if patch_type == APPLY_PATCH and key not in self._objects[resource]:
                 return self.create(resource, document, namespace, dry_run=dry_run)
             current = self._entry(resource, name, namespace)
-            try:
-                patched = apply_patch_document(current.obj, document, patch_type)
-            except PatchError as error:
-                raise ApiError(422 if patch_type == JSON_PATCH else 400, "Invalid" if patch_type == JSON_PATCH
-                               else "BadRequest", str(error))
+            patched = apply_patch_document(current.obj, document, patch_type)
             if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL (%s)"
                                % ((patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None,
@@ -784,7 +778,25 @@ def decode_patch(patch, patch_type: str):
         raise ApiError(400, "BadRequest", "error decoding patch: %s" % error)
 
 
+def check_patch_type(patch_type: str) -> None:
+    """415 UnsupportedMediaType unless ``patch_type`` (the request's Content-Type) is one of PATCH_TYPES."""
+    if patch_type not in PATCH_TYPES:
+        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
+                       " media types include: " + ", ".join(PATCH_TYPES))
+
+
 def apply_patch_document(current: dict, document, patch_type: str):
+    """``current`` patched with the decoded ``document``; a patch that does not apply is 422 Invalid (JSON
+    patch) or 400 BadRequest (the merge kinds), as kube-apiserver answers."""
+    try:
+        return _patched(current, document, patch_type)
+    except PatchError as error:
+        if patch_type == JSON_PATCH:
+            raise ApiError(422, "Invalid", str(error))
+        raise ApiError(400, "BadRequest", str(error))
+
+
+def _patched(current: dict, document, patch_type: str):
     if patch_type == JSON_PATCH:
         return json_patch(current, document)
     if patch_type == MERGE_PATCH:
