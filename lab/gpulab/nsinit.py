@@ -10,7 +10,6 @@ that stays PID 1: killing it ends every process of the node and, with them, ever
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import shlex
@@ -20,6 +19,8 @@ import subprocess
 import sys
 import time
 import traceback
+
+from gpulab.node import is_zombie, nvidia_function, write_json
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -131,19 +132,10 @@ def mount_overlay(req: dict) -> str:
     return merged
 
 
-def call_nvidia(backend: str, dotted: str, *args, **kwargs):
-    """backend.<module>.<function>(...) or None when the NVIDIA layer does not provide it yet."""
-    module_name, function_name = dotted.rsplit(".", 1)
-    try:
-        module = importlib.import_module("%s.%s" % (backend, module_name))
-    except ImportError as error:
-        log("NVIDIA layer: %s.%s not importable (%s): fallback" % (backend, module_name, error))
-        return None
-    function = getattr(module, function_name, None)
-    if function is None:
-        log("NVIDIA layer: %s.%s.%s missing: fallback" % (backend, module_name, function_name))
-        return None
-    return function(*args, **kwargs)
+def call_nvidia(backend: str, dotted: str, **kwargs):
+    """backend.<module>.<function>(...) or None when the NVIDIA layer does not provide it (logged in boot.log)."""
+    function = nvidia_function(backend, dotted, log)
+    return None if function is None else function(**kwargs)
 
 
 def has_efi(req: dict) -> bool:
@@ -208,10 +200,7 @@ def publish_run_files(req: dict, state: dict) -> None:
         stream.write(req["boot_id"] + "\n")
     if state.get("efi") is not None:
         # MokManager's result as the NVIDIA layer computed it: the NVRAM of the next boot
-        efi_path = os.path.join(req["firmware_dir"], "efi.json")
-        with open(efi_path + ".tmp", "w") as stream:
-            json.dump(state["efi"], stream, indent=1, sort_keys=True)
-        os.replace(efi_path + ".tmp", efi_path)
+        write_json(os.path.join(req["firmware_dir"], "efi.json"), state["efi"])
 
 
 def make_dev(merged: str, dev_nodes: list) -> None:
@@ -448,15 +437,13 @@ def unit_settings(unit: str) -> dict:
 
 
 def unit_pid(unit: str):
+    """PID of the unit's running main process, None when it is not running."""
     try:
         with open(os.path.join(SYSTEMD_STATE_DIR, unit + ".pid")) as stream:
             pid = int(stream.read())
-        with open("/proc/%d/stat" % pid) as stream:
-            if stream.read().rsplit(") ", 1)[1].startswith("Z"):
-                return None
-        return pid
     except (OSError, ValueError):
         return None
+    return None if is_zombie(pid) else pid
 
 
 def unit_state(unit: str) -> str:
