@@ -23,8 +23,8 @@ import traceback
 
 from gpulab import inventory, sshkeys
 from gpulab.events import EventLog
-from gpulab.node import CLUSTER_FAULTS, FaultError, Node, NodeView, nvidia_function, parse_fault, \
-    pid_namespace, pids_in_namespace, read_json, unmount_all_under, write_json
+from gpulab.node import CLUSTER_FAULTS, FaultError, Node, NodeView, kill_pids, nvidia_function, parse_fault, \
+    pid_namespace, pids_in_namespace, read_json, unmount_all_under, wait_namespace_empty, write_json
 
 LAB_FILE = "lab.json"
 CONTROL_SOCKET = "control.sock"
@@ -94,13 +94,12 @@ def ssh_clients_of(ips: list) -> list:
     """PIDs of host ssh processes (ControlPersist masters included) with a TCP connection to one of ``ips``:22."""
     wanted = {ip_hex(ip) + ":0016" for ip in ips}
     inodes = set()
-    for table in ("/proc/net/tcp",):
-        with open(table) as stream:
-            next(stream)
-            for line in stream:
-                fields = line.split()
-                if fields[2] in wanted:
-                    inodes.add(fields[9])
+    with open("/proc/net/tcp") as stream:
+        next(stream)
+        for line in stream:
+            fields = line.split()
+            if fields[2] in wanted:
+                inodes.add(fields[9])
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -115,14 +114,6 @@ def ssh_clients_of(ips: list) -> list:
         if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
             pids.append(int(entry))
     return pids
-
-
-def kill_pids(pids: list, sig=signal.SIGTERM) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def running_nodes(state_dir: str) -> list:
@@ -150,9 +141,7 @@ def kill_node_processes(state_dir: str) -> None:
     """Every process of every node of this state dir (from node.json), whoever started it."""
     for _node, namespace in running_nodes(state_dir):
         kill_pids(pids_in_namespace(namespace), signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while pids_in_namespace(namespace) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_namespace_empty(namespace)
 
 
 def cleanup_state_dir(state_dir: str, keep_logs: bool = False) -> dict:

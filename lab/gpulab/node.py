@@ -148,6 +148,21 @@ def pids_in_namespace(namespace: str) -> list:
     return pids
 
 
+def kill_pids(pids: list, sig=signal.SIGTERM) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_namespace_empty(namespace: str, timeout_s: float = 10) -> None:
+    """Wait until no live process is left in a PID namespace (its mounts are gone with them), at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while pids_in_namespace(namespace) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def process_name(pid: int) -> str:
     try:
         with open("/proc/%d/comm" % pid) as stream:
@@ -406,9 +421,7 @@ class Node:
                 self.process.kill()
                 self.process.wait(5)
         if namespace:
-            deadline = time.monotonic() + 10
-            while pids_in_namespace(namespace) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_namespace_empty(namespace)
         self.process = None
         self.holder_pid = None
         self.save()
@@ -619,11 +632,7 @@ class Node:
 
     def _apply_ssh_drop(self) -> dict:
         killed = [pid for pid in self.node_pids() if process_name(pid) == "sshd"]
-        for pid in killed:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(killed, signal.SIGKILL)
         return {"sshd_killed": len(killed)}
 
     def _clear_ssh_drop(self) -> None:
