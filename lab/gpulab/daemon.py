@@ -266,11 +266,10 @@ class Lab:
         if build is None or shutil.which("dpkg-scanpackages") is None:
             return None
         try:
-            build(os.path.join(self.cache_dir, "apt"), versions)
+            return build(os.path.join(self.cache_dir, "apt"), versions)["source_line"]
         except Exception as error:
             self.log("apt repository of the stub driver not built: %s" % error)
             return None
-        return "deb [trusted=yes] file:/opt/gpulab/cache/apt ./"
 
     def start_cluster(self) -> None:
         try:
