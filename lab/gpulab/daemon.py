@@ -428,6 +428,16 @@ class Lab:
 
     # ---- down -----------------------------------------------------------------------------------------------
     def down(self, keep_logs: bool = False) -> None:
+        """Stop the kube twin and the nodes, sweep the state dir, exit; a failure is logged and the daemon still
+        exits, so ``gpulab down`` sweeps what is left instead of waiting for a daemon that stays up."""
+        try:
+            self._take_down(keep_logs)
+        except Exception:
+            self.log("down failed:\n" + traceback.format_exc())
+            os._exit(1)
+        os._exit(0)
+
+    def _take_down(self, keep_logs: bool) -> None:
         self.stopping.set()
         self.events.emit("lab", "lab-stopping")
         if self.cluster is not None:
@@ -442,7 +452,6 @@ class Lab:
         if self.server is not None:
             threading.Thread(target=self.server.shutdown, daemon=True).start()
         cleanup_state_dir(self.state_dir, keep_logs=keep_logs)
-        os._exit(0)
 
 
 class ControlHandler(socketserver.StreamRequestHandler):
