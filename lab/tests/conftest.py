@@ -5,6 +5,7 @@ fresh lab of their own (``down``, the NVIDIA boot contract) start one with ``sta
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -119,7 +120,13 @@ class Lab:
 
 def start_lab(state_dir: str, *up_args, extra_pythonpath=()) -> Lab:
     lab = Lab(state_dir, extra_pythonpath)
-    lab.gpulab("up", *up_args)
+    try:
+        lab.gpulab("up", *up_args)
+    except BaseException:
+        # a lab that failed to start keeps its daemon, nodes and mounts (for `status`): the test gets no Lab to
+        # stop, so take it down here
+        stop_lab(lab)
+        raise
     return lab
 
 
@@ -141,3 +148,20 @@ def lab(tmp_path_factory):
     yield running
     stop_lab(running)
     shutil.rmtree(os.path.dirname(state_dir), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def collection_module_utils(tmp_path_factory):
+    """``load(name)``: this checkout's ``ansible_collections.gpuops.nvidia.plugins.module_utils.<name>`` (the test
+    is skipped when it does not import)."""
+    tree = tmp_path_factory.mktemp("collection-tree")
+    os.makedirs(tree / "ansible_collections" / "gpuops")
+    os.symlink(REPO_DIR, str(tree / "ansible_collections" / "gpuops" / "nvidia"))
+    sys.path.insert(0, str(tree))
+
+    def load(name: str):
+        try:
+            return importlib.import_module("ansible_collections.gpuops.nvidia.plugins.module_utils." + name)
+        except ImportError as error:
+            pytest.skip("collection parsers not importable: %s" % error)
+    return load

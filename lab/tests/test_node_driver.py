@@ -40,8 +40,8 @@ def observe(lab) -> dict:
 
 
 def collections_path():
-    """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH, an
-    entry of $PYTHONPATH (make lab-test puts the collection tree there) or the checkout's .tree symlink tree."""
+    """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH (make
+    lab-test sets it to the collection tree), an entry of $PYTHONPATH or the checkout's .tree symlink tree."""
     candidates = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)
     candidates += os.environ.get("PYTHONPATH", "").split(os.pathsep) + [os.path.join(REPO_DIR, ".tree")]
     for candidate in candidates:

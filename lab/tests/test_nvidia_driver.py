@@ -7,7 +7,6 @@ as `gpulab up --driver` does. Built modules are cached once per session like the
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import os
 import subprocess
@@ -17,7 +16,6 @@ import time
 import pytest
 
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPO_DIR = os.path.dirname(LAB_DIR)
 sys.path.insert(0, LAB_DIR)
 
 from gpulab.nvidia import boot, installer, mok, profiles, runfile, smi  # noqa: E402
@@ -67,15 +65,8 @@ def node_root(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def collection(tmp_path_factory):
-    tree = tmp_path_factory.mktemp("collection-tree")
-    os.makedirs(tree / "ansible_collections" / "gpuops")
-    os.symlink(REPO_DIR, str(tree / "ansible_collections" / "gpuops" / "nvidia"))
-    sys.path.insert(0, str(tree))
-    try:
-        return importlib.import_module("ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state")
-    except ImportError as error:
-        pytest.skip("collection parsers not importable: %s" % error)
+def collection(collection_module_utils):
+    return collection_module_utils("_driver_state")
 
 
 def run_installer(runfile_path: str, root: str, cache: str, *flags, env=None) -> subprocess.CompletedProcess:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import importlib
 import os
 import re
 import sys
@@ -17,7 +16,6 @@ import xml.etree.ElementTree as ET
 import pytest
 
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPO_DIR = os.path.dirname(LAB_DIR)
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvidia_fixtures")
 sys.path.insert(0, LAB_DIR)
 
@@ -37,17 +35,9 @@ def fixture_text(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def collection(tmp_path_factory):
+def collection(collection_module_utils):
     """The collection's module_utils, imported as `ansible_collections.gpuops.nvidia.plugins.module_utils`."""
-    tree = tmp_path_factory.mktemp("collection-tree")
-    os.makedirs(tree / "ansible_collections" / "gpuops")
-    os.symlink(REPO_DIR, str(tree / "ansible_collections" / "gpuops" / "nvidia"))
-    sys.path.insert(0, str(tree))
-    base = "ansible_collections.gpuops.nvidia.plugins.module_utils."
-    try:
-        return {name: importlib.import_module(base + name) for name in ("_nvidia_smi", "_driver_state", "_xid")}
-    except ImportError as error:
-        pytest.skip("collection parsers not importable: %s" % error)
+    return {name: collection_module_utils(name) for name in ("_nvidia_smi", "_driver_state", "_xid")}
 
 
 def h100_with_mig_and_ecc_fault() -> dict:
