@@ -162,8 +162,11 @@ def _mok_matches(module, keys):
     return False
 
 
-def check_secure_boot_signature(facts):
-    """Only an unloaded module is judged: a loaded one was accepted by the kernel (MOK or a built-in key)."""
+def check_secure_boot_signature(facts, unavailable_sources=()):
+    """Only an unloaded module is judged: a loaded one was accepted by the kernel (MOK or a built-in key).
+
+    unavailable_sources: the tools that could not be read; with mokutil among them the MOK lists are unknown.
+    """
     module = facts.get("kernel_module") or {}
     if not (facts.get("secure_boot") or {}).get("enabled") or module.get("loaded") or not module.get("filename"):
         return []
@@ -176,8 +179,8 @@ def check_secure_boot_signature(facts):
             "<module>, or let DKMS sign it), enroll the key with 'mokutil --import MOK.der' and reboot to "
             "confirm it in MokManager; or disable Secure Boot in firmware.",
         )]
-    if (facts.get("secure_boot") or {}).get("source") != "mokutil":
-        return []  # without mokutil the MOK lists are unknown, not empty (data_source_unavailable says so)
+    if (facts.get("secure_boot") or {}).get("source") != "mokutil" or "mokutil" in unavailable_sources:
+        return []  # mokutil missing or failing: the MOK lists are unknown, not empty (data_source_unavailable says so)
     mok = facts.get("mok") or {}
     if _mok_matches(module, mok.get("enrolled") or []):
         return []
@@ -426,7 +429,8 @@ def diagnose(facts, gathered=None, unavailable=()):
         if "pci" in gathered:
             entries += check_unbound_gpus(facts)
     if "secure_boot" in gathered and "kernel" in gathered:
-        entries += check_secure_boot_signature(facts) + check_mok_pending(facts)
+        unavailable_sources = frozenset(item["source"] for item in unavailable)
+        entries += check_secure_boot_signature(facts, unavailable_sources) + check_mok_pending(facts)
     if "dkms" in gathered and "kernel" in gathered:
         entries += check_dkms(facts)
     if "nvml" in gathered:

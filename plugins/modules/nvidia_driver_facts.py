@@ -413,8 +413,15 @@ def secure_boot_from_efivars():
 
 
 def mok_keys(reader, mokutil, option):
+    """Keys of `mokutil option`; [] and a note when it fails, so the diagnosis reads the list as unknown."""
     rc, out, err = reader.run([mokutil, option])
-    return parse_mok_list(out) if rc == 0 else []
+    if rc == 0:
+        return parse_mok_list(out)
+    if not reader.timed_out(rc):  # reader.run noted the timeout
+        said = (err or out).strip().splitlines()
+        reader.note_unavailable("mokutil", 1, "mokutil %s failed (rc %s: %s): MOK keys unknown"
+                                % (option, rc, said[0] if said else "no output"))
+    return []
 
 
 def gather_secure_boot(reader, facts):

@@ -215,6 +215,14 @@ def test_signer_is_not_judged_when_mok_lists_are_unknown():
     assert "data_source_unavailable" in codes(result)
 
 
+def test_signer_is_not_judged_when_mokutil_could_not_list_the_keys():
+    facts = module_not_loaded(healthy_facts())
+    facts["mok"] = {"enrolled": [], "pending": []}  # what a failed or timed-out --list-enrolled leaves
+    failed = [{"source": "mokutil", "layer": 1, "reason": "mokutil --list-enrolled failed (rc 255): MOK keys unknown"}]
+    assert "secure_boot_signer_not_enrolled" in codes(diagnose(facts))
+    assert "secure_boot_signer_not_enrolled" not in codes(diagnose(facts, unavailable=failed))
+
+
 def test_module_signed_by_enrolled_key_is_not_a_secure_boot_problem():
     facts = module_not_loaded(healthy_facts())
     result = codes(diagnose(facts))

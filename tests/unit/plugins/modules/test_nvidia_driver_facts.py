@@ -371,6 +371,21 @@ def test_secure_boot_signer_pending_enrollment_says_confirm_in_mokmanager(host, 
     assert signer["severity"] == "error" and "MokManager" in signer["remedy"]
 
 
+def test_failing_mok_list_leaves_the_signer_unjudged_instead_of_not_enrolled(host, capsys):
+    """mokutil prints "<var> is empty" with rc 0; "Failed to read <var>" and rc 255 mean the list is unknown."""
+    secure_boot_host(host, pending_text="")
+    host.tool("mokutil", {"--sb-state": ("SecureBoot enabled\n", 0),
+                          "--list-enrolled": ("Failed to read MokListRT\n", 255),
+                          "--list-new": ("", 0)})
+    facts = host.run(capsys)["ansible_facts"]["nvidia_driver"]
+    assert facts["mok"]["enrolled"] == []
+    assert "secure_boot_signer_not_enrolled" not in codes(facts)
+    assert "module_not_loaded" in codes(facts)
+    unavailable = finding(facts, "data_source_unavailable")
+    assert unavailable["layer"] == 1
+    assert unavailable["message"] == "mokutil: mokutil --list-enrolled failed (rc 255: Failed to read MokListRT): MOK keys unknown"
+
+
 def test_missing_tools_give_null_facts_and_diagnosis_without_failing(host, capsys):
     host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
     host.loaded_open_driver("565.57.01")
