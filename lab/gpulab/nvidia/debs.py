@@ -98,8 +98,7 @@ def _library_fill(version: str, libraries: list):
 
 def _smi_fill(version: str):
     def fill(tree: str) -> None:
-        text = "#!/usr/bin/python3\n# NVIDIA System Management Interface %s (gpulab fake)\n" % version
-        _write(tree, "/usr/bin/nvidia-smi", (text + installer._smi_source()).encode(), 0o755)
+        _write(tree, "/usr/bin/nvidia-smi", installer.smi_program(version).encode(), 0o755)
     return fill
 
 

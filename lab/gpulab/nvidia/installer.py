@@ -91,6 +91,11 @@ def _smi_source() -> str:
         return handle.read()
 
 
+def smi_program(version: str) -> str:
+    """`/usr/bin/nvidia-smi` of driver `version` (the runfile and the nvidia-smi package install the same)."""
+    return "#!/usr/bin/python3\n# NVIDIA System Management Interface %s (gpulab fake)\n" % version + _smi_source()
+
+
 def module_source(stem: str, version: str, flavor: str) -> str:
     exported, imported, extra_lines = MODULE_SPECS[stem]
     exports = ("int %s(void);\nint %s(void) { return 0; }\nEXPORT_SYMBOL(%s);" % (exported, exported, exported)
@@ -165,12 +170,17 @@ def cached_module_dir(cache_dir: str, build_dir: str, version: str, flavor: str)
     return os.path.join(cache_dir, headers_name(build_dir), "%s-%s" % (version, flavor))
 
 
+def cached_modules_present(cached: str) -> bool:
+    """Every stub module is in the cache entry `cached` (entries are renamed into place whole)."""
+    return all(os.path.exists(os.path.join(cached, stem + ".ko")) for stem in MODULE_FILES)
+
+
 def modules_from_cache_or_build(build_dir: str, version: str, flavor: str, staging_dir: str, log) -> list:
     """Unsigned stub modules for this kernel in `staging_dir`, copied from the cache or compiled."""
     cache_dir = os.environ.get("GPULAB_KMOD_CACHE") or next(
         (path for path in KMOD_CACHE_DIRS if os.path.isdir(path)), KMOD_CACHE_DIRS[0])
     cached = cached_module_dir(cache_dir, build_dir, version, flavor)
-    if all(os.path.exists(os.path.join(cached, stem + ".ko")) for stem in MODULE_FILES):
+    if cached_modules_present(cached):
         log("using prebuilt kernel modules from %s" % cached)
         os.makedirs(staging_dir, exist_ok=True)
         paths = []
@@ -427,8 +437,7 @@ def _run_dkms(argv: list, root: str, log) -> None:
 
 def install_userspace(inst: Installation) -> None:
     version = inst.opts.version
-    smi = "#!/usr/bin/python3\n# NVIDIA System Management Interface %s (gpulab fake)\n" % version + _smi_source()
-    inst.write("/usr/bin/nvidia-smi", smi.encode(), 0o755)
+    inst.write("/usr/bin/nvidia-smi", smi_program(version).encode(), 0o755)
     for library in USERSPACE_LIBRARIES:
         versioned = "%s.so.%s" % (library, version)
         inst.write("%s/%s" % (LIB_DIR, versioned), ("gpulab stub of %s\n" % versioned).encode(), 0o755)
@@ -645,9 +654,9 @@ def main(argv: list | None = None, version: str | None = None, program_path: str
             message = "Installation of the NVIDIA Accelerated Graphics Driver for Linux-x86_64 (version: %s) is " \
                       "now complete." % version
     except InstallerError as exc:
-        log("ERROR: %s" % exc if not str(exc).startswith("ERROR:") else str(exc))
-        log.save(root)
         text = str(exc) if str(exc).startswith("ERROR:") else "ERROR: %s" % exc
+        log(text)
+        log.save(root)
         sys.stderr.write("\n%s\n\nERROR: Installation has failed.  Please see the file '%s' for details.  You may "
                          "find suggestions on fixing installation problems in the README available on the Linux "
                          "driver download page at www.nvidia.com.\n\n" % (text, log.path))

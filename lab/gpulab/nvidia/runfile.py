@@ -60,7 +60,7 @@ def prebuild_modules(cache_dir: str, version: str, flavor: str, headers_dir: str
     returns the directory."""
     headers_dir = headers_dir or installer.debian_headers_dir()
     target = installer.cached_module_dir(cache_dir, headers_dir, version, flavor)
-    if not all(os.path.exists(os.path.join(target, stem + ".ko")) for stem in installer.MODULE_FILES):
+    if not installer.cached_modules_present(target):
         installer.build_into_cache(headers_dir, version, flavor, target)
     return target
 
