@@ -29,7 +29,6 @@ GPU_STATE_PATH = "/run/gpulab-firmware/gpu-state.json"
 PROC_VERSION_PATH = "/proc/driver/nvidia/version"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 NVML_LIBRARY_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-FAULTS_PATH = "/run/gpulab/faults.json"
 
 RC_SUCCESS = 0
 RC_INVALID_ARGUMENT = 2
@@ -944,12 +943,8 @@ def main(argv: list | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = os.environ.get("GPULAB_NODE_ROOT", "/")
     hw = load_node_hw(root)
+    # under the twin's driver-mismatch fault the node core rewrites /proc/driver/nvidia/version (the kernel side)
     kernel_version = kernel_driver_version(_read_text(_node_path(PROC_VERSION_PATH, root)))
-    faults = _read_json(_node_path(FAULTS_PATH, root), [])
-    if kernel_version and "driver-mismatch" in faults:
-        userspace = userspace_driver_version(root)
-        if userspace == kernel_version:
-            kernel_version = mismatched_version(kernel_version)
     result = run(argv, hw, kernel_version, userspace_driver_version(root), root=root)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
