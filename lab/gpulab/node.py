@@ -576,7 +576,7 @@ class Node:
         wanted = {device["address"] for device in state.get("pci_devices") or []}
         for address in os.listdir(pci_dir):
             if address not in wanted and address != "0000:00:00.0":
-                subprocess.run(["rm", "-rf", os.path.join(pci_dir, address)], check=False)
+                shutil.rmtree(os.path.join(pci_dir, address), ignore_errors=True)
         from gpulab import nsinit
         nsinit.make_pci_devices(self.root_path("/"), [d for d in state.get("pci_devices") or []
                                                       if not os.path.exists(os.path.join(pci_dir, d["address"]))])
