@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 
 from . import deviceplugin
-from .controllers import meta, pod_is_terminal, pod_is_terminating, rfc3339
-from .kubelet import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_DURATION_S, NODE_ALLOCATABLE, NODE_CAPACITY,
-                      OS_IMAGE, ready_conditions)
+from .controllers import pod_is_terminal, pod_is_terminating, rfc3339
+from .kubelet import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMESPACE, NODE_ALLOCATABLE, NODE_CAPACITY,
+                      OS_IMAGE, micro_time, node_lease, ready_conditions, status_unknown_conditions)
 from .testing import H100_MEMORY_MIB, H100_NAME
 
 API_ONLY_LABEL = "gpulab.io/api-only"
@@ -78,13 +78,7 @@ class ApiOnlyFleet:
     def _create_lease(self, node, now: float) -> None:
         if node is None:
             return
-        self.client.create("leases", {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": meta(node)["name"], "namespace": "kube-node-lease",
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta(node)["name"],
-                                              "uid": meta(node).get("uid")}]},
-            "spec": {"holderIdentity": meta(node)["name"], "leaseDurationSeconds": LEASE_DURATION_S,
-                     "renewTime": _micro_time(now)}}, namespace="kube-node-lease")
+        self.client.create("leases", node_lease(node, now), namespace=LEASE_NAMESPACE)
 
     # --- heartbeats -----------------------------------------------------------------------------
     def sync(self, now: float) -> None:
@@ -111,11 +105,11 @@ class ApiOnlyFleet:
         return (cursor + count) % len(self.names), min(credit - count, float(len(self.names)))
 
     def _renew_lease(self, name: str, now: float) -> None:
-        lease = self.client.informer.get("leases", name, "kube-node-lease")
+        lease = self.client.informer.get("leases", name, LEASE_NAMESPACE)
         if lease is None:
             self._create_lease(self.client.informer.get("nodes", name), now)
         else:
-            self.client.patch("leases", lease, {"spec": {"renewTime": _micro_time(now)}})
+            self.client.patch("leases", lease, {"spec": {"renewTime": micro_time(now)}})
 
     def _post_status(self, name: str, now: float) -> None:
         node = self.client.informer.get("nodes", name)
@@ -132,9 +126,7 @@ class ApiOnlyFleet:
         if down:
             self.down.add(name)
             if node is not None:
-                unknown = [dict(c, status="Unknown", reason="NodeStatusUnknown",
-                                message="Kubelet stopped posting node status.", lastTransitionTime=rfc3339(now))
-                           for c in (node.get("status") or {}).get("conditions") or []]
+                unknown = status_unknown_conditions((node.get("status") or {}).get("conditions") or [], now)
                 self.client.patch("nodes", node, {"status": {"conditions": unknown}}, subresource="status")
         else:
             self.down.discard(name)
@@ -161,7 +153,3 @@ class ApiOnlyFleet:
                                    "PodScheduled")]
         self.client.patch("pods", pod, {"status": {"phase": "Running", "startTime": stamp, "conditions": conditions,
                                                    "containerStatuses": statuses}}, subresource="status")
-
-
-def _micro_time(now: float) -> str:
-    return rfc3339(now)[:-1] + ".%06dZ" % int((now % 1) * 1e6)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import shlex
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import deviceplugin, scheduler
@@ -25,6 +24,7 @@ KUBELET_VERSION = "v1.32.2"
 CONTAINER_RUNTIME_VERSION = "containerd://1.7.24"
 OS_IMAGE = "Debian GNU/Linux 12 (bookworm)"
 LEASE_DURATION_S = 40
+LEASE_NAMESPACE = "kube-node-lease"
 # A GPU node of the twin: an 8-GPU HGX-class host.
 NODE_CAPACITY = {"cpu": "96", "memory": "1056426312Ki", "pods": "110", "ephemeral-storage": "1843126272Ki",
                  "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
@@ -302,28 +302,18 @@ class Kubelet:
         conditions = (node.get("status") or {}).get("conditions") or []
         if conditions and all(c.get("status") == "Unknown" for c in conditions):
             return
-        unknown = []
-        for condition in conditions or ready_conditions([], now, True):
-            unknown.append(dict(condition, status="Unknown", reason="NodeStatusUnknown",
-                                message="Kubelet stopped posting node status.", lastTransitionTime=rfc3339(now)))
+        unknown = status_unknown_conditions(conditions or ready_conditions([], now, True), now)
         self.client.patch("nodes", node, {"status": {"conditions": unknown}}, subresource="status")
 
     def _renew_lease(self, node: dict, now: float) -> None:
         if now - self._last_lease_renew < self.config.heartbeat_s:
             return
         self._last_lease_renew = now
-        renew_time = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%06dZ" % int((now % 1) * 1e6)
-        lease = self.client.informer.get("leases", self.name, "kube-node-lease")
+        lease = self.client.informer.get("leases", self.name, LEASE_NAMESPACE)
         if lease is None:
-            self.client.create("leases", {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": "kube-node-lease",
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.name,
-                                                  "uid": meta(node).get("uid")}]},
-                "spec": {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION_S,
-                         "renewTime": renew_time}}, namespace="kube-node-lease")
+            self.client.create("leases", node_lease(node, now), namespace=LEASE_NAMESPACE)
         else:
-            self.client.patch("leases", lease, {"spec": {"renewTime": renew_time}})
+            self.client.patch("leases", lease, {"spec": {"renewTime": micro_time(now)}})
 
     def _sync_resource_slice(self, node: dict, snapshot: _ViewSnapshot) -> None:
         """DRA mode: the plugin publishes (or withdraws) one ResourceSlice for the node's GPUs."""
@@ -649,6 +639,28 @@ def _plain(amount) -> str:
 def _conditions_without_times(conditions) -> list:
     return [{k: v for k, v in c.items() if k not in ("lastHeartbeatTime", "lastTransitionTime")}
             for c in conditions or []]
+
+
+def status_unknown_conditions(conditions: list, now: float) -> list:
+    """``conditions`` as the node lifecycle controller rewrites them when the kubelet stops posting status."""
+    return [dict(condition, status="Unknown", reason="NodeStatusUnknown",
+                 message="Kubelet stopped posting node status.", lastTransitionTime=rfc3339(now))
+            for condition in conditions]
+
+
+def micro_time(now: float) -> str:
+    """A metav1.MicroTime (what a Lease's renewTime holds)."""
+    return rfc3339(now)[:-1] + ".%06dZ" % int((now % 1) * 1e6)
+
+
+def node_lease(node: dict, now: float) -> dict:
+    """The kubelet's Lease in kube-node-lease, owned by its Node and renewed at ``now``."""
+    name = meta(node)["name"]
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": LEASE_NAMESPACE,
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                              "uid": meta(node).get("uid")}]},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": micro_time(now)}}
 
 
 def ready_conditions(previous: list, now: float, heartbeat_due: bool) -> list:
