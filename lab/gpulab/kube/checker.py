@@ -17,10 +17,9 @@ import re
 import sys
 import time
 
-from .eviction import compute_pdb_status, eviction_refusal, pods_selected_by
-from .recorder import read_records
+from .eviction import compute_pdb_status, controller_scale, eviction_refusal, pods_selected_by
+from .recorder import RECORDS_FILE, read_records
 
-RECORDS_FILE = "kube-records.jsonl"
 EVENTS_FILE = "events.jsonl"
 _EVICTION_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
 
@@ -77,15 +76,10 @@ class _Replay:
         return [obj for (ns, _), obj in self.objects.get(resource, {}).items() if namespace is None or ns == namespace]
 
     def controller_scale(self, reference: dict, namespace: str):
-        kinds = {"ReplicaSet": "replicasets", "Deployment": "deployments", "StatefulSet": "statefulsets"}
-        resource = kinds.get(reference.get("kind"))
-        owner = self.objects.get(resource, {}).get((namespace, reference.get("name"))) if resource else None
-        if owner is None:
-            return None
-        for parent in (owner.get("metadata") or {}).get("ownerReferences") or []:
-            if parent.get("controller") and parent.get("kind") == "Deployment":
-                return self.controller_scale(parent, namespace)
-        return (owner.get("spec") or {}).get("replicas", 1)
+        return controller_scale(reference, namespace, self._object)
+
+    def _object(self, resource: str, namespace: str, name: str):
+        return self.objects.get(resource, {}).get((namespace, name))
 
 
 def _deletion_started(record: dict, before) -> bool:

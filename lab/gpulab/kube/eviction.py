@@ -57,6 +57,25 @@ def controller_owner(obj: dict) -> Optional[dict]:
     return None
 
 
+_SCALED_KINDS = {"ReplicaSet": "replicasets", "Deployment": "deployments", "StatefulSet": "statefulsets"}
+
+
+def controller_scale(reference: dict, namespace: str,
+                     lookup: Callable[[str, str, str], Optional[dict]]) -> Optional[int]:
+    """``spec.replicas`` of the controller an ownerReference names (a ReplicaSet owned by a Deployment counts
+    the Deployment's), or None when it is not a scaled kind or not found; ``lookup(resource, namespace, name)``
+    returns the stored object or None."""
+    resource = _SCALED_KINDS.get(reference.get("kind", ""))
+    owner = lookup(resource, namespace, reference.get("name", "")) if resource else None
+    if owner is None:
+        return None
+    if resource == "replicasets":
+        for parent in (owner.get("metadata") or {}).get("ownerReferences") or []:
+            if parent.get("controller") and parent.get("kind") == "Deployment":
+                return controller_scale(parent, namespace, lookup)
+    return (owner.get("spec") or {}).get("replicas", 1)
+
+
 def expected_pod_count(pods: List[dict], controller_scale: Callable[[dict, str], Optional[int]]) -> int:
     """Sum of the scales of the distinct controllers of ``pods``; ``controller_scale(owner_ref, namespace)``
     returns ``spec.replicas`` of the owner or None when unknown."""

@@ -5,7 +5,7 @@ Two record kinds, one per line:
    "code": 200, "user": "admin", "user_agent": "kubectl/v1.32.4 ...", "duration_ms": 1.8, "verb": "list"}``
 ``{"ts": ..., "record": "change", "event": "ADDED|MODIFIED|DELETED", "resource": "nodes", "namespace": null,
    "name": "gpu-1", "resourceVersion": "42", "object": {...full object after the change...}}``
-The checker (F2) replays the change records to answer questions about any moment.
+The checker (``checker.py``) replays the change records to answer questions about any moment.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import json
 import threading
 import time
 from typing import Optional
+
+RECORDS_FILE = "kube-records.jsonl"   # in the lab's state directory
 
 
 class Recorder:

@@ -464,10 +464,7 @@ class Store:
                                " namespace sent on the request")
             namespace = namespace or metadata.get("namespace")
             current = self._entry(resource, name, namespace)
-            wanted_rv = metadata.get("resourceVersion")
-            if wanted_rv and str(wanted_rv) != current.obj["metadata"]["resourceVersion"]:
-                raise _conflict(resource, name, "the object has been modified; please apply your changes to the"
-                                                " latest version and try again")
+            _check_resource_version(resource, name, current.obj, metadata.get("resourceVersion"))
             if subresource not in (None, "status"):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
                                                         " resource")
@@ -525,14 +522,11 @@ class Store:
                 return self.create(resource, document, namespace, dry_run=dry_run)
             current = self._entry(resource, name, namespace)
             patched = apply_patch_document(current.obj, document, patch_type)
-            if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
+            patched_name = (patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None
+            if patched_name != name:
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL (%s)"
-                               % ((patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None,
-                                  name))
-            wanted_rv = patched["metadata"].get("resourceVersion")
-            if wanted_rv and str(wanted_rv) != current.obj["metadata"]["resourceVersion"]:
-                raise _conflict(resource, name, "the object has been modified; please apply your changes to the"
-                                                " latest version and try again")
+                               % (patched_name, name))
+            _check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
             new = self._merged_update(resource, info, current.obj, patched, subresource)
             return self._store_update(resource, current, new, dry_run)
 
@@ -661,18 +655,11 @@ class Store:
                            {"causes": [{"reason": "DisruptionBudget", "message": refusal}]})
 
     def _controller_scale(self, reference: dict, namespace: str) -> Optional[int]:
-        kind_to_resource = {"ReplicaSet": "replicasets", "Deployment": "deployments", "StatefulSet": "statefulsets"}
-        resource = kind_to_resource.get(reference.get("kind", ""))
-        if resource is None:
-            return None
-        entry = self._objects[resource].get((namespace, reference.get("name", "")))
-        if entry is None:
-            return None
-        if resource == "replicasets":
-            for owner in entry.obj["metadata"].get("ownerReferences") or []:
-                if owner.get("controller") and owner.get("kind") == "Deployment":
-                    return self._controller_scale(owner, namespace)
-        return (entry.obj.get("spec") or {}).get("replicas", 1)
+        return pdb_math.controller_scale(reference, namespace, self._stored_object)
+
+    def _stored_object(self, resource: str, namespace: str, name: str) -> Optional[dict]:
+        entry = self._objects[resource].get((namespace, name))
+        return entry.obj if entry is not None else None
 
     def _refresh_pdb_status(self, namespace: str) -> None:
         budgets = [(key, entry) for key, entry in self._objects["poddisruptionbudgets"].items() if key[0] == namespace]
@@ -749,6 +736,14 @@ def _with_type_first(info: dict, obj: dict) -> dict:
 
 def _spec_of(obj: dict) -> dict:
     return {key: value for key, value in obj.items() if key not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _check_resource_version(resource: str, name: str, current: dict, wanted_rv) -> None:
+    """Optimistic concurrency: 409 Conflict when a write names a resourceVersion that is not the stored one
+    (a write without one is unconditional)."""
+    if wanted_rv and str(wanted_rv) != current["metadata"]["resourceVersion"]:
+        raise _conflict(resource, name, "the object has been modified; please apply your changes to the latest"
+                                        " version and try again")
 
 
 def _check_preconditions(resource: str, name: str, obj: dict, preconditions: Optional[dict]) -> None:
