@@ -35,10 +35,9 @@ from . import deviceplugin
 from .apionly import ApiOnlyFleet
 from .controllers import ControllerManager
 from .kubelet import FAULT_KINDS, Kubelet, KubeletConfig, PodLogs
-from .recorder import Recorder
+from .recorder import RECORDS_FILE, Recorder
 from .store import ApiError, Store
 
-RECORDS_FILE = "kube-records.jsonl"
 KUBECONFIG_FILE = "kubeconfig"
 FAULT_NAMESPACE = "gpulab-faults"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -77,11 +76,11 @@ class KubeCluster:
     def start(self, serve: bool = True) -> "KubeCluster":
         """Start controllers and kubelets; with `serve`, the HTTPS API and DIR/kubeconfig too."""
         self.manager.start(background=False)
-        self._ensure(lambda: self.store.create("daemonsets", deviceplugin.daemonset_manifest(),
-                                               namespace=deviceplugin.NAMESPACE))
+        # manager.create leaves an object that already exists as it is (409 is not an error here).
+        self.manager.create("daemonsets", deviceplugin.daemonset_manifest(), namespace=deviceplugin.NAMESPACE)
         if self.config.dra:
             for device_class in deviceplugin.dra_device_classes():
-                self._ensure(lambda: self.store.create("deviceclasses", device_class))
+                self.manager.create("deviceclasses", device_class)
         if self.api_only is not None:
             self.api_only.register(time.time())
         self.manager.run_once()
@@ -120,14 +119,6 @@ class KubeCluster:
             lines = text.splitlines(True)
             text = "".join(lines[-int(tail):]) if int(tail) > 0 else ""
         return text
-
-    @staticmethod
-    def _ensure(create) -> None:
-        try:
-            create()
-        except ApiError as error:
-            if error.code != 409:
-                raise
 
     # --- faults ---------------------------------------------------------------------------------
     def apply_fault(self, node: str, kind: str) -> None:
@@ -168,20 +159,20 @@ class KubeCluster:
     def _create_pdb_block(self, node: str) -> None:
         name = "pdb-block-%s" % node
         labels = {"app": name}
-        self._ensure(lambda: self.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                              "metadata": {"name": FAULT_NAMESPACE}}))
-        self._ensure(lambda: self.store.create("deployments", {
+        self.manager.create("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": FAULT_NAMESPACE}})
+        self.manager.create("deployments", {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "namespace": FAULT_NAMESPACE, "labels": labels},
             "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels},
                                   "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
                                            "containers": [{"name": "pause", "image": PAUSE_IMAGE}]}}}},
-            namespace=FAULT_NAMESPACE))
-        self._ensure(lambda: self.store.create("poddisruptionbudgets", {
+            namespace=FAULT_NAMESPACE)
+        self.manager.create("poddisruptionbudgets", {
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": FAULT_NAMESPACE},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}}, namespace=FAULT_NAMESPACE))
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}}, namespace=FAULT_NAMESPACE)
 
     def _delete_pdb_block(self, node: str) -> None:
         name = "pdb-block-%s" % node

@@ -231,6 +231,7 @@ class ControllerManager:
 
     # --- store helpers (every write refreshes the cache at once) --------------------------------
     def create(self, resource: str, obj: dict, namespace=None):
+        """The created object, or None when one of that name already exists (left as it is)."""
         try:
             created = self.store.create(resource, obj, namespace=namespace)
         except ApiError as error:
@@ -404,11 +405,7 @@ class ControllerManager:
     def _create_pod_from_template(self, owner: dict, template: dict, node_name=None, extra_labels=None,
                                   tolerations=None):
         namespace = meta(owner).get("namespace")
-        pod_spec = copy.deepcopy(template.get("spec") or {})
-        pod_spec.setdefault("restartPolicy", "Always")
-        pod_spec.setdefault("schedulerName", "default-scheduler")
-        pod_spec.setdefault("terminationGracePeriodSeconds", 30)
-        pod_spec.setdefault("dnsPolicy", "ClusterFirst")
+        pod_spec = copy.deepcopy(template.get("spec") or {})   # the store applies the pod spec defaults
         merged_tolerations = list(pod_spec.get("tolerations") or [])
         for toleration in tolerations if tolerations is not None else DEFAULT_POD_TOLERATIONS:
             if not any(t.get("key") == toleration["key"] and t.get("effect") == toleration["effect"]
