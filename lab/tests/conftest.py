@@ -18,6 +18,10 @@ import pytest
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(LAB_DIR)
 VENV_BIN = os.path.dirname(sys.executable)
+if LAB_DIR not in sys.path:
+    sys.path.insert(0, LAB_DIR)
+
+from gpulab.events import read_events  # noqa: E402
 
 
 def lab_env(extra_pythonpath=()) -> dict:
@@ -81,8 +85,6 @@ class Lab:
         return done
 
     def events(self, node=None, kind=None, since=0.0) -> list:
-        sys.path.insert(0, LAB_DIR)
-        from gpulab.events import read_events
         return read_events(self.state_dir, node=node, kind=kind, since=since)
 
     def node_status(self, node: str) -> dict:

@@ -8,6 +8,7 @@ import sys
 import time
 
 from conftest import lab_env, start_lab, stop_lab
+from gpulab.node import pid_namespace, pids_in_namespace  # conftest puts lab/ on sys.path
 
 
 def gpulab(*args, env=None) -> subprocess.CompletedProcess:
@@ -68,8 +69,6 @@ def test_sixteen_nodes_with_extra_runfiles_come_up_answer_ansible_and_go_away_on
 
 
 def node_processes(holder_pid: int) -> list:
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from gpulab.node import pid_namespace, pids_in_namespace
     return pids_in_namespace(pid_namespace(holder_pid))
 
 
