@@ -294,6 +294,20 @@ def test_drain_evicts_when_the_budget_allows_and_reports_the_429_when_it_does_no
     assert twin.store.get("nodes", "gpu-1")["spec"]["unschedulable"] is True
 
 
+def test_server_dry_run_drain_delete_and_scale_change_nothing(twin):
+    twin.replica_set_with_pods("train", ["gpu-0", "gpu-1"])
+    drained = twin.kubectl("drain", "gpu-0", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s",
+                           "--dry-run=server")
+    assert "evicting pod default/train-0 (server dry run)" in drained.stdout
+    twin.kubectl("delete", "pod", "train-1", "--dry-run=server")
+    twin.kubectl("scale", "replicaset/train", "--replicas=0", "--dry-run=server")
+    assert twin.store.get("replicasets", "train", "default")["spec"]["replicas"] == 2
+    for name in ("train-0", "train-1"):
+        pod = twin.store.get("pods", name, "default")
+        assert pod["status"]["phase"] == "Running" and "deletionTimestamp" not in pod["metadata"]
+    assert not twin.store.get("nodes", "gpu-0")["spec"].get("unschedulable")
+
+
 def test_get_watch_streams_a_cordon(twin):
     watcher = subprocess.Popen([KUBECTL, "get", "nodes", "--watch", "--request-timeout=4s"], env=twin.env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

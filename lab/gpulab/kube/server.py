@@ -82,6 +82,11 @@ def _is_true(value: Optional[str]) -> bool:
     return value in ("true", "1", "True")
 
 
+def _dry_run(query: Dict[str, List[str]], options: Optional[dict] = None) -> bool:
+    """``dryRun=All`` in the query, or ``dryRun: [All]`` in the DeleteOptions body (kubectl sends the latter)."""
+    return _first(query, "dryRun") == "All" or "All" in ((options or {}).get("dryRun") or [])
+
+
 def _int_param(query: Dict[str, List[str]], name: str) -> Optional[int]:
     value = _first(query, name)
     if value in (None, ""):
@@ -284,20 +289,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._list(route, query)
         elif self.command == "POST":
             self._verb = "create"
-            created = store.create(route.resource, self._json_body(), route.namespace,
-                                   dry_run=_first(query, "dryRun") == "All")
+            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=_dry_run(query))
             self._send_json(201, created)
         elif self.command == "DELETE":
             self._verb = "deletecollection"
             options = self._json_body()
+            grace_period_seconds = self._grace(query, options)
+            dry_run = _dry_run(query, options)
             items, _ = store.list(route.resource, route.namespace, _first(query, "labelSelector"),
                                   _first(query, "fieldSelector"))
             deleted = []
             for item in items:
                 metadata = item["metadata"]
                 deleted.append(store.delete(route.resource, metadata["name"], metadata.get("namespace"),
-                                            grace_period_seconds=self._grace(query, options),
-                                            dry_run=_first(query, "dryRun") == "All"))
+                                            grace_period_seconds=grace_period_seconds, dry_run=dry_run))
             self._send_json(200, {"kind": route.info["listKind"], "apiVersion": route.info["apiVersion"],
                                   "metadata": {"resourceVersion": store.resource_version}, "items": deleted})
         else:
@@ -407,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _item(self, route: Route, query: Dict[str, List[str]]) -> None:
         store = self.api.store
-        dry_run = _first(query, "dryRun") == "All"
+        dry_run = _dry_run(query)
         if self.command in ("GET", "HEAD"):
             if route.watch_path or _is_true(_first(query, "watch")):
                 self._verb = "watch"
@@ -444,7 +449,7 @@ class _Handler(BaseHTTPRequestHandler):
             deleted = store.delete(route.resource, route.name, route.namespace,
                                    grace_period_seconds=self._grace(query, options),
                                    preconditions=options.get("preconditions"), propagation_policy=propagation,
-                                   dry_run=dry_run or options.get("dryRun") == ["All"])
+                                   dry_run=_dry_run(query, options))
             self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, deleted)
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -471,7 +476,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._json_body()
         store = self.api.store
         if route.subresource == "eviction":
-            result = store.evict(route.namespace, route.name, body, dry_run=_first(query, "dryRun") == "All")
+            result = store.evict(route.namespace, route.name, body, dry_run=_dry_run(query))
         else:
             node_name = (body.get("target") or {}).get("name")
             if not node_name:
@@ -540,6 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.api.store
         if self.command == "GET":
             self._verb = "get"
+            scaled = store.get(route.resource, route.name, route.namespace)
         elif self.command in ("PUT", "PATCH"):
             self._verb = "update" if self.command == "PUT" else "patch"
             current = _scale_of(store.get(route.resource, route.name, route.namespace))
@@ -552,10 +558,11 @@ class _Handler(BaseHTTPRequestHandler):
             replicas = (wanted.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or replicas < 0:
                 raise ApiError(422, "Invalid", "Scale.spec.replicas: Invalid value: %r" % (replicas,))
-            store.patch(route.resource, route.name, {"spec": {"replicas": replicas}}, MERGE_PATCH, route.namespace)
+            scaled = store.patch(route.resource, route.name, {"spec": {"replicas": replicas}}, MERGE_PATCH,
+                                 route.namespace, dry_run=_dry_run(query))
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        self._send_json(200, _scale_of(store.get(route.resource, route.name, route.namespace)))
+        self._send_json(200, _scale_of(scaled))
 
 
 _SCALE_METADATA_KEYS = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")

@@ -626,12 +626,14 @@ class Store:
 
     def evict(self, namespace: str, pod_name: str, eviction: dict, dry_run: bool = False) -> dict:
         """The ``pods/eviction`` subresource (policy/v1 Eviction): delete the pod unless a
-        PodDisruptionBudget forbids it (ApiError 429 with the kube-apiserver message)."""
+        PodDisruptionBudget forbids it (ApiError 429 with the kube-apiserver message). ``deleteOptions.dryRun``
+        (what ``kubectl drain --dry-run=server`` sends) counts as ``dry_run``."""
         eviction = eviction or {}
         evicted_name = (eviction.get("metadata") or {}).get("name")
         if evicted_name and evicted_name != pod_name:
             raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
         options = eviction.get("deleteOptions") or {}
+        dry_run = dry_run or "All" in (options.get("dryRun") or [])
         with self._mutating():
             pod = self._entry("pods", pod_name, namespace).obj
             if not (pdb_math.pod_is_terminal(pod) or pod["metadata"].get("deletionTimestamp")):
