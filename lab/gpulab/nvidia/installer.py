@@ -175,9 +175,11 @@ def cached_modules_present(cached: str) -> bool:
     return all(os.path.exists(os.path.join(cached, stem + ".ko")) for stem in MODULE_FILES)
 
 
-def modules_from_cache_or_build(build_dir: str, version: str, flavor: str, staging_dir: str, log) -> list:
-    """Unsigned stub modules for this kernel in `staging_dir`, copied from the cache or compiled."""
-    cache_dir = os.environ.get("GPULAB_KMOD_CACHE") or next(
+def modules_from_cache_or_build(build_dir: str, version: str, flavor: str, staging_dir: str, log,
+                                cache_dir: str | None = None) -> list:
+    """Unsigned stub modules for this kernel in `staging_dir`, copied from the cache (`cache_dir`, else
+    `$GPULAB_KMOD_CACHE`, else the first of `KMOD_CACHE_DIRS` there) or compiled."""
+    cache_dir = cache_dir or os.environ.get("GPULAB_KMOD_CACHE") or next(
         (path for path in KMOD_CACHE_DIRS if os.path.isdir(path)), KMOD_CACHE_DIRS[0])
     cached = cached_module_dir(cache_dir, build_dir, version, flavor)
     if cached_modules_present(cached):
@@ -190,7 +192,7 @@ def modules_from_cache_or_build(build_dir: str, version: str, flavor: str, stagi
         return paths
     if os.access(cache_dir, os.W_OK):
         build_into_cache(build_dir, version, flavor, cached, log)
-        return modules_from_cache_or_build(build_dir, version, flavor, staging_dir, log)
+        return modules_from_cache_or_build(build_dir, version, flavor, staging_dir, log, cache_dir)
     return build_modules(build_dir, version, flavor, staging_dir, log)
 
 
@@ -248,6 +250,7 @@ class Options:
         self.uninstall = False
         self.disable_nouveau = False
         self.root = "/"
+        self.kmod_cache = None   # module cache dir; None: $GPULAB_KMOD_CACHE or KMOD_CACHE_DIRS
 
     def kernel_release(self) -> str:
         return self.kernel_name or os.uname().release
@@ -364,7 +367,7 @@ def install_kernel_modules_direct(inst: Installation, build_dir: str) -> None:
     opts = inst.opts
     staging = tempfile.mkdtemp(prefix="nvidia-modules-")
     try:
-        modules_from_cache_or_build(build_dir, opts.version, opts.flavor, staging, inst.log)
+        modules_from_cache_or_build(build_dir, opts.version, opts.flavor, staging, inst.log, opts.kmod_cache)
         for stem in MODULE_FILES:
             if stem == "nvidia-drm" and opts.no_drm:
                 continue
@@ -597,11 +600,10 @@ def ensure_kernel_build_link(root: str, release: str | None = None, headers_dir:
 def preinstall(root: str, version: str, cache_dir: str | None = None, flavor: str | None = None) -> dict:
     """`gpulab up --driver VERSION`: install a driver into a node root before its first boot, as the runfile
     would (`--silent`, default module type, no dkms). Returns the manifest; InstallerError on failure."""
-    if cache_dir:
-        os.environ["GPULAB_KMOD_CACHE"] = cache_dir
     ensure_kernel_build_link(root)
     argv = ["--silent", "--root", root] + (["--kernel-module-type=%s" % flavor] if flavor else [])
     opts = parse_args(argv, version)
+    opts.kmod_cache = cache_dir   # not through os.environ: this runs inside the caller's process
     log = Log(version, argv)
     manifest = install(opts, None, log)
     log("Installation of the NVIDIA Accelerated Graphics Driver for Linux-x86_64 (version: %s) is now complete."
