@@ -11,10 +11,7 @@ import sys
 import time
 
 from gpulab import daemon
-from gpulab.node import read_json, write_json
-
-LAB_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES = ("h100x8", "a100x8", "l40sx4")
+from gpulab.node import CLI_PROFILES, LAB_DIR, read_json, write_json
 
 
 class CliError(Exception):
@@ -87,8 +84,8 @@ def cmd_up(args) -> int:
 
 def spawn_daemon(state_dir: str) -> None:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([LAB_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                      if p and os.path.abspath(p) != LAB_ROOT])
+    env["PYTHONPATH"] = os.pathsep.join([LAB_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                      if p and os.path.abspath(p) != LAB_DIR])
     with open(os.path.join(state_dir, daemon.DAEMON_LOG), "ab") as log:
         subprocess.Popen([sys.executable, "-m", "gpulab.daemon", state_dir], stdin=subprocess.DEVNULL,
                          stdout=log, stderr=log, env=env, cwd="/", start_new_session=True, close_fds=True)
@@ -118,7 +115,7 @@ def print_usage(state_dir: str, info: dict) -> None:
         print("Kubernetes API: %s   kubectl --kubeconfig %s get nodes" % (info["kube"]["api_url"], info["kube"]["kubeconfig"]))
     print("Ansible:  ansible -i %s gpu_nodes -m ping" % info["inventory"])
     print("SSH:      ssh -F %s %s" % (info["ssh_config"], nodes[0]["name"] if nodes else "<node>"))
-    print("Stop:     PYTHONPATH=%s python -m gpulab down --state-dir %s" % (LAB_ROOT, state_dir))
+    print("Stop:     PYTHONPATH=%s python -m gpulab down --state-dir %s" % (LAB_DIR, state_dir))
 
 
 # ---- other commands ------------------------------------------------------------------------------------------
@@ -195,7 +192,8 @@ def parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", parents=[common], help="create and boot the nodes (returns when all answer SSH)")
     up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--profile", default="h100x8", help="hardware profile: %s (or an NVIDIA-layer profile name)" % ", ".join(PROFILES))
+    up.add_argument("--profile", default="h100x8",
+                    help="hardware profile: %s (or an NVIDIA-layer profile name)" % ", ".join(CLI_PROFILES))
     up.add_argument("--driver", help="NVIDIA driver version installed on every node before the first boot")
     up.add_argument("--secure-boot", action="store_true", help="nodes boot with UEFI Secure Boot on")
     up.add_argument("--runfile", action="append", metavar="VERSION",
