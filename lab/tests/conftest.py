@@ -137,6 +137,19 @@ def stop_lab(lab: Lab) -> None:
         lab.gpulab("down", check=False)
 
 
+def collections_path():
+    """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH (make
+    lab-test sets it to the collection tree), an entry of $PYTHONPATH or the checkout's .tree symlink tree."""
+    candidates = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)
+    candidates += os.environ.get("PYTHONPATH", "").split(os.pathsep) + [os.path.join(REPO_DIR, ".tree")]
+    for candidate in candidates:
+        module = os.path.join(candidate, "ansible_collections", "gpuops", "nvidia", "plugins", "modules",
+                              "nvidia_driver_facts.py")
+        if candidate and os.path.exists(module):
+            return candidate
+    return None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def needs_root():
     if os.geteuid() != 0:

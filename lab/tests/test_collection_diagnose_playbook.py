@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO_DIR, start_lab, stop_lab
+from conftest import REPO_DIR, collections_path, start_lab, stop_lab
 
 ansible_runner = pytest.importorskip("ansible_runner")
 
@@ -21,14 +21,11 @@ PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "diagnose.yml")
 GATHER_TASK = "Gather the NVIDIA driver facts"
 
 
-def collections_path() -> str:
-    """The folder holding ansible_collections/gpuops/nvidia: make lab-test exports it; a plain pytest run
-    falls back to the checkout's .tree symlink tree."""
-    for candidate in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) + [
-            os.path.join(REPO_DIR, ".tree")]:
-        if candidate and os.path.isdir(os.path.join(candidate, "ansible_collections", "gpuops", "nvidia")):
-            return candidate
-    pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
+def collection_path() -> str:
+    path = collections_path()
+    if path is None:
+        pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
+    return path
 
 
 def gpu_resources(lab, node: str) -> dict:
@@ -70,7 +67,7 @@ def run_diagnose(lab, tmp_path, **extravars):
     result = ansible_runner.run(
         private_data_dir=str(tmp_path), playbook=PLAYBOOK, inventory=os.path.join(lab.state_dir, "inventory.yml"),
         extravars=extravars, quiet=True,
-        envvars={"ANSIBLE_COLLECTIONS_PATH": collections_path(),
+        envvars={"ANSIBLE_COLLECTIONS_PATH": collection_path(),
                  "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
     facts, failed = {}, set()
     for event in result.events:

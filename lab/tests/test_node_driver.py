@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import REPO_DIR, start_lab, stop_lab
+from conftest import collections_path, start_lab, stop_lab
 
 NODE = "gpu-node-01"
 DRIVER = "615.71.09"
@@ -37,19 +37,6 @@ def observe(lab) -> dict:
         "facts": driver_facts(lab),
         "status": lab.node_status(NODE),
     }
-
-
-def collections_path():
-    """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH (make
-    lab-test sets it to the collection tree), an entry of $PYTHONPATH or the checkout's .tree symlink tree."""
-    candidates = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)
-    candidates += os.environ.get("PYTHONPATH", "").split(os.pathsep) + [os.path.join(REPO_DIR, ".tree")]
-    for candidate in candidates:
-        module = os.path.join(candidate, "ansible_collections", "gpuops", "nvidia", "plugins", "modules",
-                              "nvidia_driver_facts.py")
-        if candidate and os.path.exists(module):
-            return candidate
-    return None
 
 
 def driver_facts(lab):
