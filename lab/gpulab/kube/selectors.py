@@ -82,9 +82,6 @@ class LabelSelector:
         labels = labels or {}
         return all(_requirement_matches(requirement, labels) for requirement in self.requirements)
 
-    def is_empty(self) -> bool:
-        return not self.requirements and not self.match_nothing
-
 
 def parse_label_selector(text: Optional[str]) -> LabelSelector:
     """Parse the string form (query parameter ``labelSelector``); empty or None matches everything."""

@@ -306,14 +306,6 @@ class Store:
     def _key(self, resource: str, name: str, namespace: Optional[str]) -> Tuple[str, str]:
         return (namespace or "") if RESOURCES[resource]["namespaced"] else "", name
 
-    def _require_namespace(self, resource: str, namespace: Optional[str]) -> str:
-        if not RESOURCES[resource]["namespaced"]:
-            return ""
-        if not namespace:
-            raise ApiError(400, "BadRequest", "the server could not find the requested resource: namespace is"
-                           " required for %s" % resource)
-        return namespace
-
     def _entry(self, resource: str, name: str, namespace: Optional[str]) -> _Entry:
         entry = self._objects[resource].get(self._key(resource, name, namespace))
         if entry is None:
