@@ -13,7 +13,11 @@ _VALID_DAYS = "3650"
 
 
 def _openssl(args: List[str]) -> None:
-    result = subprocess.run(["openssl"] + args, capture_output=True, text=True)
+    try:
+        result = subprocess.run(["openssl"] + args, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise RuntimeError("the Kubernetes twin makes its TLS certificates with the openssl CLI, which is not"
+                           " installed (apt-get install openssl)")
     if result.returncode != 0:
         raise RuntimeError("openssl %s failed: %s" % (args[0], result.stderr.strip()))
 
@@ -41,13 +45,16 @@ def issue_server_certificate(ca_dir: str, ip_addresses=("127.0.0.1",), dns_names
     with open(ext_path, "w", encoding="utf-8") as handle:
         handle.write("subjectAltName=%s\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n"
                      "basicConstraints=CA:FALSE\n" % san)
-    _openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-              "-keyout", key_path, "-out", csr_path, "-subj", "/CN=kube-apiserver"])
-    _openssl(["x509", "-req", "-in", csr_path, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial",
-              "-out", cert_path, "-days", _VALID_DAYS, "-extfile", ext_path])
-    os.chmod(key_path, 0o600)
-    for leftover in (csr_path, ext_path):
-        os.remove(leftover)
+    try:
+        _openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                  "-keyout", key_path, "-out", csr_path, "-subj", "/CN=kube-apiserver"])
+        _openssl(["x509", "-req", "-in", csr_path, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial",
+                  "-out", cert_path, "-days", _VALID_DAYS, "-extfile", ext_path])
+        os.chmod(key_path, 0o600)
+    finally:   # the request and extension files are scratch, also when openssl fails
+        for leftover in (csr_path, ext_path):
+            if os.path.exists(leftover):
+                os.remove(leftover)
     return cert_path, key_path
 
 
