@@ -292,6 +292,23 @@ def test_subscribers_see_each_change_and_may_write_to_the_store(store):
 
 # ---------------------------------------------------------------- deletion
 
+@pytest.mark.parametrize("resources, init_resources, qos_class", [
+    ({}, None, "BestEffort"),
+    ({"limits": {"nvidia.com/gpu": "1"}}, None, "BestEffort"),
+    ({"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}, None, "Burstable"),
+    ({"limits": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}}, None, "Guaranteed"),
+    ({"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}}, None, "Burstable"),
+    ({"limits": {"cpu": "2", "memory": "8Gi"}}, {"requests": {"cpu": "1"}}, "Burstable"),
+    ({}, {"limits": {"memory": "1Gi"}}, "Burstable"),
+])
+def test_pod_qos_class_counts_only_cpu_and_memory_of_every_container(store, resources, init_resources, qos_class):
+    pod = {"metadata": {"name": "train"}, "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                                                    "resources": resources}]}}
+    if init_resources is not None:
+        pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "resources": init_resources}]
+    assert store.create("pods", pod, "default")["status"]["qosClass"] == qos_class
+
+
 def test_bound_pod_is_deleted_gracefully_until_the_kubelet_finalizes_it(store):
     store.create("pods", _pod("train-0", "gpu-1"), "default")
     terminating = store.delete("pods", "train-0", "default")

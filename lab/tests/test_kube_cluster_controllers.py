@@ -105,6 +105,18 @@ def test_deployment_replicas_land_only_on_nodes_with_free_gpus_and_matching_sele
     assert pod["spec"]["nodeName"] == "gpu-2"
 
 
+def test_replicaset_pods_get_the_qos_class_of_their_template(make_cluster):
+    store = make_cluster([]).store
+    sized = deployment("sized", 1)
+    sized["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"}}
+    store.create("deployments", sized, "default")
+    store.create("deployments", deployment("gpu-only", 1, gpus_per_pod=1), "default")
+    for app, qos_class in (("sized", "Guaranteed"), ("gpu-only", "BestEffort")):
+        pod = wait_for(lambda: pods_of(store, app), what="a %s pod" % app)[0]
+        assert pod["status"]["qosClass"] == qos_class and pod["status"]["phase"] == "Pending"
+
+
 def test_gpu_request_beyond_allocatable_stays_pending_with_the_scheduler_reason(make_cluster):
     cluster = make_cluster(gpu_nodes(2, gpus=4))
     store = cluster.store

@@ -425,8 +425,7 @@ class ControllerManager:
                          "labels": labels,
                          "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
                          "ownerReferences": [owner_reference(owner)]},
-            "spec": pod_spec,
-            "status": {"phase": "Pending", "qosClass": "BestEffort"},
+            "spec": pod_spec,   # the store sets status.phase Pending and the qosClass of these resources
         }
         return self.create("pods", pod, namespace=namespace)
 

@@ -871,12 +871,24 @@ def _apply_defaults(resource: str, obj: dict) -> None:
                                   "expectedPods": 0})
 
 
+_QOS_RESOURCES = ("cpu", "memory")
+
+
 def _qos_class(pod_spec: dict) -> str:
-    containers = pod_spec.get("containers") or []
-    requests_or_limits = [(container.get("resources") or {}) for container in containers]
-    if not any(resources.get("requests") or resources.get("limits") for resources in requests_or_limits):
+    """kube's GetPodQOS: only cpu and memory count (a pod asking for nothing but ``nvidia.com/gpu`` is
+    BestEffort), init containers included; Guaranteed needs cpu and memory limits in every container with
+    requests (when given) equal to them."""
+    containers = (pod_spec.get("containers") or []) + (pod_spec.get("initContainers") or [])
+    requests_and_limits = [(_qos_amounts(container, "requests"), _qos_amounts(container, "limits"))
+                           for container in containers]
+    if not any(requests or limits for requests, limits in requests_and_limits):
         return "BestEffort"
-    guaranteed = all(resources.get("limits") and
-                     (not resources.get("requests") or resources["requests"] == resources["limits"]) and
-                     {"cpu", "memory"} <= set(resources["limits"]) for resources in requests_or_limits)
+    guaranteed = all(set(limits) == set(_QOS_RESOURCES) and
+                     all(requests.get(name, limit) == limit for name, limit in limits.items())
+                     for requests, limits in requests_and_limits)
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _qos_amounts(container: dict, kind: str) -> dict:
+    amounts = (container.get("resources") or {}).get(kind) or {}
+    return {name: amount for name, amount in amounts.items() if name in _QOS_RESOURCES}
