@@ -91,15 +91,18 @@ class MetricsEndpoint:
 
 class PrometheusServer:
     """`prometheus` on 127.0.0.1:<free port> with its TSDB in work_dir, scraping `targets` every second and
-    evaluating `rule_files` every second. Always `stop()` it (the fixtures do)."""
+    evaluating `rule_files` every second; every query it answers is logged to `query_log_path` (JSON lines).
+    Always `stop()` it (the fixtures do)."""
 
     def __init__(self, work_dir: str, targets, rule_files=(), interval: str = "1s"):
         if PROMETHEUS is None:
             raise RuntimeError("prometheus not installed (Debian package prometheus)")
         self.work_dir = work_dir
         self.config_path = os.path.join(work_dir, "prometheus.yml")
+        self.query_log_path = os.path.join(work_dir, "queries.log")
         config = {
-            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "global": {"scrape_interval": interval, "evaluation_interval": interval,
+                       "query_log_file": self.query_log_path},
             "rule_files": [os.path.abspath(path) for path in rule_files],
             "scrape_configs": [{"job_name": "dcgm-exporter", "static_configs": [{"targets": list(targets)}]}],
         }
@@ -174,6 +177,15 @@ class PrometheusServer:
                 return last
             time.sleep(poll_s)
         raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout_s, what, last))
+
+    def queries_answered(self, promql: str) -> int:
+        """How many times Prometheus answered an API query with this exact expression (from its query log)."""
+        try:
+            with open(self.query_log_path) as log:
+                entries = [json.loads(line) for line in log if line.strip()]
+        except FileNotFoundError:
+            return 0
+        return sum(1 for entry in entries if entry.get("params", {}).get("query") == promql)
 
     def firing(self, alertname: str) -> list:
         status, body = self.get("/api/v1/alerts")
