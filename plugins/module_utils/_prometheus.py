@@ -38,10 +38,12 @@ class PrometheusAnswerError(Exception):
 
 
 def parse_api_answer(http_status, body_text):
-    """The ``data`` of a successful API answer; PrometheusAnswerError for an error answer or a body that is not one.
+    """``(data, warnings)`` of a successful API answer; PrometheusAnswerError for an error answer or a body that is
+    not one.
 
     Prometheus answers errors with JSON (``{"status": "error", "errorType": ..., "error": ...}``, HTTP 400, 422, 503);
-    a proxy or a wrong path answers something else (``404 page not found``, an HTML login page).
+    a proxy or a wrong path answers something else (``404 page not found``, an HTML login page). ``warnings`` are
+    the answer's warning strings (PromQL annotations, a Thanos partial response), reported but not failing.
     """
     try:
         answer = json.loads(body_text)
@@ -57,7 +59,8 @@ def parse_api_answer(http_status, body_text):
         raise PrometheusAnswerError("HTTP %s with a success status" % http_status)
     if "data" not in answer:
         raise PrometheusAnswerError("HTTP %s, success without data" % http_status)
-    return answer["data"]
+    warnings = answer.get("warnings") or []
+    return answer["data"], [str(warning) for warning in warnings] if isinstance(warnings, list) else [str(warnings)]
 
 
 def parse_sample_value(text):
@@ -158,9 +161,10 @@ def aggregate_samples(samples, aggregate):
     return [{"labels": {}, "value": reduced}]
 
 
-def evaluate_query(spec, samples):
+def evaluate_query(spec, samples, warnings=()):
     """The verdict of one query spec (name, query, op, threshold, aggregate, required) on its samples."""
     result = query_result(spec)
+    result["warnings"] = list(warnings)
     result["values"] = [{"labels": sample["labels"], "value": json_value(sample["value"])} for sample in samples]
     if not samples:
         if spec["required"]:
@@ -190,7 +194,7 @@ def failed_query(spec, reason):
 def query_result(spec):
     return {"name": spec["name"], "query": spec["query"], "op": spec["op"], "threshold": spec["threshold"],
             "aggregate": spec["aggregate"], "required": spec["required"], "values": [], "passed": True,
-            "error": None, "violations": []}
+            "error": None, "violations": [], "warnings": []}
 
 
 def validate_query_specs(specs):

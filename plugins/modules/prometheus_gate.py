@@ -30,7 +30,7 @@ options:
     required: true
   bearer_token:
     description:
-      - Token sent as C(Authorization: Bearer <token>).
+      - "Token sent as C(Authorization: Bearer <token>)."
     type: str
   validate_certs:
     description:
@@ -238,12 +238,18 @@ queries:
     error:
       description: Why the query could not be run or read (HTTP, TLS, query or answer error), else null.
       type: str
+    warnings:
+      description:
+        - The answer's warnings (PromQL annotations, a Thanos partial response); also shown as task warnings.
+      type: list
+      elements: str
     violations:
       description: This query's violation messages.
       type: list
       elements: str
   sample: [{name: canary GPUs below 85 C, query: DCGM_FI_DEV_GPU_TEMP, op: "<", threshold: 85.0, aggregate: each,
-            required: true, values: [{labels: {gpu: "0"}, value: 41.0}], passed: true, error: null, violations: []}]
+            required: true, values: [{labels: {gpu: "0"}, value: 41.0}], passed: true, error: null, violations: [],
+            warnings: []}]
 alerts_firing:
   description: The firing alerts that matched O(firing_alerts) in the last evaluation; empty when alerts are not checked.
   returned: always
@@ -280,7 +286,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import (
 
 
 class PrometheusClient:
-    """GET/POST on the API with the module's TLS, token and timeout options; answers are read by parse_api_answer."""
+    """GET/POST on the API with the module's TLS, token and timeout options; answers are read by parse_api_answer
+    into ``(data, warnings)``."""
 
     def __init__(self, module):
         params = module.params
@@ -293,7 +300,8 @@ class PrometheusClient:
         self.timeout = params["timeout"]
 
     def call(self, path, form=None):
-        """The data of the answer to ``path`` (POST with ``form`` when given); PrometheusAnswerError otherwise."""
+        """``(data, warnings)`` of the answer to ``path`` (POST with ``form`` when given); PrometheusAnswerError
+        otherwise."""
         headers = dict(self.headers)
         body = None
         if form is not None:
@@ -321,17 +329,18 @@ def read_error_body(error):
 
 def run_query(client, spec):
     try:
-        samples = parse_query_data(client.call("/api/v1/query", {"query": spec["query"]}))
+        data, warnings = client.call("/api/v1/query", {"query": spec["query"]})
+        samples = parse_query_data(data)
     except PrometheusAnswerError as error:
         return failed_query(spec, to_native(error))
-    return evaluate_query(spec, samples)
+    return evaluate_query(spec, samples, warnings)
 
 
 def check_alerts(client, alert_filter):
     if alert_filter is None:
         return None
     try:
-        alerts = parse_alerts_data(client.call("/api/v1/alerts"))
+        alerts = parse_alerts_data(client.call("/api/v1/alerts")[0])
     except PrometheusAnswerError as error:
         return {"firing": [], "error": to_native(error)}
     return {"firing": matching_firing_alerts(alerts, alert_filter["names"], alert_filter["matchers"]), "error": None}
@@ -417,6 +426,9 @@ def main():
     elapsed = round(time.monotonic() - started, 3)
 
     result = dict(outcome, changed=False, evaluations=evaluations, elapsed=elapsed)
+    for query in outcome["queries"]:
+        for warning in query["warnings"]:
+            module.warn("query %r: Prometheus warns: %s" % (query["name"], warning))
     if outcome["passed"]:
         module.exit_json(msg="prometheus gate passed: %d evaluation(s) over %ss" % (evaluations, elapsed), **result)
     summary = "prometheus gate failed at evaluation %d after %ss: %s" % (

@@ -38,7 +38,7 @@ def answer(name, http_status=200):
 
 
 def samples_of(name):
-    return parse_query_data(parse_api_answer(*answer(name)))
+    return parse_query_data(parse_api_answer(*answer(name))[0])
 
 
 def spec(**overrides):
@@ -108,6 +108,18 @@ def test_json_without_a_status_is_not_an_answer(body):
         parse_api_answer(200, body)
 
 
+def test_answers_without_warnings_have_none():
+    assert parse_api_answer(*answer("query_vector_gpu_temp.json"))[1] == []
+
+
+def test_warnings_of_an_answer_are_returned_and_kept_on_the_query_result():
+    # constructed (PROVENANCE.md): the API envelope's "warnings" field, which Thanos fills on a partial response
+    data, warnings = parse_api_answer(*answer("query_vector_with_warning_CONSTRUCTED.json"))
+    assert warnings == ["partial response: store 10.0.0.7:10901 unreachable (constructed example)"]
+    result = evaluate_query(spec(threshold=95.0), parse_query_data(data), warnings)
+    assert (result["passed"], result["warnings"]) == (True, warnings)
+
+
 def test_success_body_with_an_error_http_status_is_an_error():
     with pytest.raises(PrometheusAnswerError, match="HTTP 503 with a success status"):
         parse_api_answer(*answer("query_scalar.json", 503))
@@ -120,7 +132,7 @@ def test_every_truncation_of_every_answer_is_read_or_refused_never_crashes(name)
     text = answer(name)[1]
     for cut in range(0, len(text), max(1, len(text) // 40)):
         try:
-            data = parse_api_answer(200, text[:cut])
+            data = parse_api_answer(200, text[:cut])[0]
             if name.startswith("alerts"):
                 parse_alerts_data(data)
             else:
@@ -243,7 +255,7 @@ def test_labels_are_written_sorted_without_the_metric_name():
 
 
 def alerts_of(name):
-    return parse_alerts_data(parse_api_answer(*answer(name)))
+    return parse_alerts_data(parse_api_answer(*answer(name))[0])
 
 
 def test_alerts_answer_gives_name_state_labels_and_since():

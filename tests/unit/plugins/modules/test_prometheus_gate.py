@@ -116,6 +116,15 @@ def test_values_under_threshold_pass_with_per_query_values(prometheus, capsys):
     assert [request["path"] for request in prometheus.requests] == ["/api/v1/query"]
 
 
+def test_answer_warnings_are_task_warnings_and_do_not_fail(prometheus, capsys):
+    prometheus.answers["DCGM_FI_DEV_GPU_TEMP"] = ["query_vector_with_warning_CONSTRUCTED.json"]
+    rc, result = run_module(capsys, url=prometheus.url, queries=[TEMPERATURE])
+    assert rc == 0 and result["passed"] is True
+    assert result["queries"][0]["warnings"] == [
+        "partial response: store 10.0.0.7:10901 unreachable (constructed example)"]
+    assert "query 'gpu temperature': Prometheus warns: partial response" in json.dumps(result["warnings"])
+
+
 def test_a_value_over_threshold_fails_naming_query_and_series(prometheus, capsys):
     rc, result = run_module(capsys, url=prometheus.url, queries=[dict(TEMPERATURE, threshold=85)])
     assert rc == 1 and result["failed"] is True and result["passed"] is False
