@@ -165,7 +165,7 @@ class PrometheusServer:
             return error.code, error.read().decode()
 
     def query(self, promql: str) -> dict:
-        status, body = self.get("/api/v1/query", {"query": promql})
+        _status, body = self.get("/api/v1/query", {"query": promql})
         return json.loads(body)
 
     def wait_for(self, predicate, what: str, timeout_s: float = 30, poll_s: float = 0.2):
@@ -185,10 +185,11 @@ class PrometheusServer:
                 entries = [json.loads(line) for line in log if line.strip()]
         except FileNotFoundError:
             return 0
-        return sum(1 for entry in entries if entry.get("params", {}).get("query") == promql)
+        # rule evaluations are logged too, without an httpRequest
+        return sum(1 for entry in entries if "httpRequest" in entry and entry.get("params", {}).get("query") == promql)
 
     def firing(self, alertname: str) -> list:
-        status, body = self.get("/api/v1/alerts")
+        _status, body = self.get("/api/v1/alerts")
         alerts = json.loads(body)["data"]["alerts"]
         return [alert for alert in alerts if alert["labels"].get("alertname") == alertname and alert["state"] == "firing"]
 
