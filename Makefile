@@ -75,4 +75,4 @@ demo: deps tree
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(TREE) bash lab/demo.sh $(STATE_DIR)
 
 clean:
-	rm -rf $(TREE) tests/output .venv-ac*
+	rm -rf $(TREE) tests/output
