@@ -17,8 +17,8 @@ import urllib.parse
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.modules import prometheus_gate
+from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import isolate_warnings, patch_module_args
 
 FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "prometheus"))
 STATUS_OF = {"query_error_bad_data_400.json": 400, "query_error_execution_422.json": 422, "not_found_404.txt": 404}
@@ -70,6 +70,12 @@ class ReplayPrometheus:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """module.warn() collects into a process-wide store; give each in-process run its own."""
+    isolate_warnings(monkeypatch)
 
 
 @pytest.fixture
@@ -215,7 +221,7 @@ def test_check_mode_evaluates_once_and_reports_without_failing(prometheus, capsy
                             duration=600, interval=1)
     assert rc == 0 and "failed" not in result
     assert result["passed"] is False and result["evaluations"] == 1
-    # ansible-core 2.19 returns warnings as structured summaries, older releases as strings
+    # ansible-core 2.19+ returns warnings as structured summaries, older releases as strings
     assert "prometheus gate failed at evaluation 1" in json.dumps(result["warnings"])
 
 
