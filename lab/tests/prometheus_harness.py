@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -94,7 +95,7 @@ class PrometheusServer:
     evaluating `rule_files` every second; every query it answers is logged to `query_log_path` (JSON lines).
     Always `stop()` it (the fixtures do)."""
 
-    def __init__(self, work_dir: str, targets, rule_files=(), interval: str = "1s"):
+    def __init__(self, work_dir: str, targets, rule_files=(), interval: str = "1s", tls=None):
         if PROMETHEUS is None:
             raise RuntimeError("prometheus not installed (Debian package prometheus)")
         self.work_dir = work_dir
@@ -108,6 +109,11 @@ class PrometheusServer:
         }
         with open(self.config_path, "w") as config_file:
             json.dump(config, config_file)  # JSON is YAML
+        self.web_config_path = None
+        if tls:  # (certificate file, key file): serve HTTPS
+            self.web_config_path = os.path.join(work_dir, "web.yml")
+            with open(self.web_config_path, "w") as web_config:
+                json.dump({"tls_server_config": {"cert_file": tls[0], "key_file": tls[1]}}, web_config)
         self.process = None
         self.port = None
         self.log_path = os.path.join(work_dir, "prometheus.log")
@@ -115,17 +121,18 @@ class PrometheusServer:
 
     @property
     def url(self) -> str:
-        return "http://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("https" if self.web_config_path else "http", self.port)
 
     def _start(self, attempts: int = 3) -> None:
         for _attempt in range(attempts):
             self.port = free_port()
+            argv = [PROMETHEUS, "--config.file", self.config_path,
+                    "--storage.tsdb.path", os.path.join(self.work_dir, "data"),
+                    "--web.listen-address", "127.0.0.1:%d" % self.port]
+            if self.web_config_path:
+                argv += ["--web.config.file", self.web_config_path]
             with open(self.log_path, "w") as log:
-                self.process = subprocess.Popen(
-                    [PROMETHEUS, "--config.file", self.config_path,
-                     "--storage.tsdb.path", os.path.join(self.work_dir, "data"),
-                     "--web.listen-address", "127.0.0.1:%d" % self.port],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             if self._wait_ready(timeout_s=30):
                 return
             self.stop()  # another process took the port between free_port() and the bind: try a new one
@@ -137,13 +144,22 @@ class PrometheusServer:
             if self.process.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as answer:
+                with self._open(urllib.request.Request(self.url + "/-/ready"), timeout=2) as answer:
                     if answer.status == 200:
                         return True
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.1)
         return False
+
+    def _open(self, request, timeout):
+        """urlopen; the harness itself does not verify the test's own certificate (the gate under test does)."""
+        context = None
+        if self.web_config_path:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return urllib.request.urlopen(request, timeout=timeout, context=context)
 
     def log(self) -> str:
         with open(self.log_path) as log:
@@ -159,7 +175,7 @@ class PrometheusServer:
             data = urllib.parse.urlencode(params).encode()
         request = urllib.request.Request(url, data=data, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=10) as answer:
+            with self._open(request, timeout=10) as answer:
                 return answer.status, answer.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
@@ -202,6 +218,24 @@ class PrometheusServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=5)
+
+
+def make_loopback_tls(directory: str) -> dict:
+    """A CA and a server certificate for 127.0.0.1 (IP SAN) made with openssl: {ca, cert, key} file paths."""
+    paths = {name: os.path.join(directory, name + ".pem") for name in ("ca", "ca-key", "cert", "key", "csr")}
+    ext = os.path.join(directory, "san.cnf")
+    with open(ext, "w") as ext_file:
+        ext_file.write("subjectAltName=IP:127.0.0.1\n")
+    for argv in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=gpuops test CA",
+         "-keyout", paths["ca-key"], "-out", paths["ca"]],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", paths["key"],
+         "-out", paths["csr"]],
+        ["x509", "-req", "-in", paths["csr"], "-CA", paths["ca"], "-CAkey", paths["ca-key"], "-CAcreateserial",
+         "-days", "2", "-extfile", ext, "-out", paths["cert"]],
+    ):
+        subprocess.run(["openssl"] + argv, check=True, capture_output=True, timeout=60)
+    return {"ca": paths["ca"], "cert": paths["cert"], "key": paths["key"]}
 
 
 def dcgm_labels(hostname: str, gpu: int, model: str = "NVIDIA H100 80GB HBM3", driver: str = "595.91.07",

@@ -1,12 +1,13 @@
 """gpuops.nvidia.prometheus_gate through real `ansible` against a real `prometheus` on loopback, which scrapes a
 DCGM-exporter-style endpoint the test changes and evaluates the collection's GPU alert rules: a value under the
 threshold passes, a value over it fails (also when it changes in the middle of a soak), a firing alert from the
-rules fails the gate, and an unreachable Prometheus fails closed.
+rules fails the gate, an unreachable Prometheus fails closed, and an HTTPS Prometheus is trusted only through its CA.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,7 +15,9 @@ import threading
 import pytest
 
 from conftest import REPO_DIR, collections_path
-from prometheus_harness import PROMETHEUS, MetricsEndpoint, PrometheusServer, dcgm_labels, free_port
+from prometheus_harness import (
+    PROMETHEUS, MetricsEndpoint, PrometheusServer, dcgm_labels, free_port, make_loopback_tls,
+)
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)")
 
@@ -160,3 +163,23 @@ def format_series(labels: dict, prometheus) -> str:
 
 def prometheus_target(prometheus) -> str:
     return prometheus.query("up")["data"]["result"][0]["metric"]["instance"]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_https_prometheus_is_trusted_through_ca_path_and_refused_without_it(monitored, tmp_path):
+    endpoint, _plain = monitored
+    endpoint.set("DCGM_FI_DEV_GPU_TEMP", GPUS[0], 60, "GPU temperature (in C).")
+    tls = make_loopback_tls(str(tmp_path))
+    secure = PrometheusServer(str(tmp_path), [endpoint.address], tls=(tls["cert"], tls["key"]))
+    try:
+        secure.wait_for(lambda: secure.query("DCGM_FI_DEV_GPU_TEMP")["data"]["result"], "a scrape over HTTPS")
+        query = dict(TEMPERATURE_UNDER_85, query="max(DCGM_FI_DEV_GPU_TEMP)")
+        trusted = gate(url=secure.url, ca_path=tls["ca"], queries=[query])
+        assert trusted["rc"] == 0, trusted["msg"]
+        untrusted = gate(url=secure.url, queries=[query])
+        assert untrusted["rc"] != 0
+        assert "cannot reach Prometheus at %s: " % secure.url in untrusted["violations"][0]
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted["violations"][0]
+        assert gate(url=secure.url, validate_certs=False, queries=[query])["rc"] == 0
+    finally:
+        secure.stop()
