@@ -253,3 +253,9 @@ def test_bad_options_fail_before_any_request(prometheus, capsys, args, message):
 def test_unknown_operator_is_refused_by_the_argument_spec(prometheus, capsys):
     rc, result = run_module(capsys, url=prometheus.url, queries=[dict(TEMPERATURE, op="=>")])
     assert rc == 1 and "op" in result["msg"] and prometheus.requests == []
+
+
+def test_malformed_threshold_is_refused_by_the_argument_spec(prometheus, capsys):
+    rc, result = run_module(capsys, url=prometheus.url, queries=[dict(TEMPERATURE, threshold="85C")])
+    assert rc == 1 and "threshold" in result["msg"] and "float" in result["msg"]
+    assert prometheus.requests == []
