@@ -18,6 +18,11 @@ import pytest
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(LAB_DIR)
 VENV_BIN = os.path.dirname(sys.executable)
+# Real-world captures: the collection's fixture store (provenance there), then the one capture only the twin's tests
+# read (lab/tests/nvidia_fixtures/, provenance there).
+FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"),
+                os.path.join(REPO_DIR, "tests", "unit", "fixtures", "kernel"),
+                os.path.join(LAB_DIR, "tests", "nvidia_fixtures"))
 if LAB_DIR not in sys.path:
     sys.path.insert(0, LAB_DIR)
 
@@ -137,6 +142,14 @@ def stop_lab(lab: Lab) -> None:
         lab.gpulab("down", check=False)
 
 
+def fixture_path(name: str) -> str:
+    for directory in FIXTURE_DIRS:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError("fixture %s is in none of %s" % (name, ", ".join(FIXTURE_DIRS)))
+
+
 def collections_path():
     """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH (make
     lab-test sets it to the collection tree), an entry of $PYTHONPATH or the checkout's .tree symlink tree."""
@@ -150,9 +163,13 @@ def collections_path():
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def needs_root():
-    if os.geteuid() != 0:
+def pytest_configure(config):
+    config.addinivalue_line("markers", "without_root: the test needs no root (static checks of the twin's code)")
+
+
+@pytest.fixture(autouse=True)
+def needs_root(request):
+    if os.geteuid() != 0 and request.node.get_closest_marker("without_root") is None:
         pytest.skip("the fleet twin needs root (namespaces, mounts, sshd)")
 
 
