@@ -125,22 +125,13 @@ def has_efi(req: dict) -> bool:
     return req["efi"] is not None and bool(req["efi"].get("efi", True))
 
 
-def empty_boot_state() -> dict:
-    return {"module_loaded": False, "kernel_driver_version": None, "files": {}, "pci_devices": [],
-            "dev_nodes": [], "modules": [], "kmsg": []}
-
-
 def compute_state(req: dict, merged: str) -> dict:
     backend = req["nvidia_backend"]
     if req.get("preinstall_driver"):
         call_nvidia(backend, "runfile.install_driver", root=merged, version=req["preinstall_driver"],
                     cache_dir=req["cache_dir"])
-    state = call_nvidia(backend, "boot.compute_boot_state", root=merged, hw=req["hw"], efi=req["efi"],
-                        faults=req["faults"])
-    result = empty_boot_state()
-    if state:
-        result.update(state)
-    return result
+    return call_nvidia(backend, "boot.compute_boot_state", root=merged, hw=req["hw"], efi=req["efi"],
+                       faults=req["faults"])
 
 
 def generic_boot_messages(req: dict) -> list:
@@ -154,18 +145,15 @@ def generic_boot_messages(req: dict) -> list:
 
 
 def kernel_log_text(req: dict, state: dict, booted_at: float) -> str:
-    """run/kmsg: /dev/kmsg records when the NVIDIA layer gives them (``kmsg_records``), else dmesg lines."""
+    """run/kmsg: ``# boot_epoch=``, then /dev/kmsg records: the generic boot lines and the NVIDIA layer's
+    (``kmsg_records`` of compute_boot_state)."""
     generic = generic_boot_messages(req)
-    records = state.get("kmsg_records")
-    if records is not None:
-        lines = ["# boot_epoch=%.6f" % booted_at]
-        lines += ["6,%d,%d,-;%s" % (seq, 500000 + seq * 13717, text) for seq, text in enumerate(generic)]
-        for seq, record in enumerate(records, start=len(generic)):
-            level, _old_seq, rest = record.split(",", 2)
-            lines.append("%s,%d,%s" % (level, seq, rest))
-        return "\n".join(lines) + "\n"
-    messages = generic + list(state.get("kmsg") or [])
-    return "".join("[%12.6f] %s\n" % (0.5 + index * 0.0137, message) for index, message in enumerate(messages))
+    lines = ["# boot_epoch=%.6f" % booted_at]
+    lines += ["6,%d,%d,-;%s" % (seq, 500000 + seq * 13717, text) for seq, text in enumerate(generic)]
+    for seq, record in enumerate(state["kmsg_records"], start=len(generic)):
+        level, _old_seq, rest = record.split(",", 2)
+        lines.append("%s,%d,%s" % (level, seq, rest))
+    return "\n".join(lines) + "\n"
 
 
 def publish_run_files(req: dict, state: dict) -> None:
