@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from . import eviction as pdb_math
 from .defaults import apply_defaults
 from .errors import ApiError, conflict, invalid, not_found
+from .omitempty import prune
 from .patch import APPLY_PATCH, apply_patch_document, check_patch_type, decode_patch
 from .resources import DEFAULT_NAMESPACES, RESOURCES, qualified
 from .selectors import SelectorError, field_selector_name, parse_field_selector, parse_label_selector
@@ -123,6 +124,8 @@ class Store:
 
     def _commit(self, resource: str, event_type: str, obj: dict, old: Optional[Entry],
                 update_pdbs: bool = True) -> Entry:
+        if event_type != "DELETED":
+            prune(resource, obj)
         obj["metadata"]["resourceVersion"] = self._next_rv()
         entry = Entry(obj)
         key = self._key(resource, obj["metadata"]["name"], obj["metadata"].get("namespace"))
@@ -169,7 +172,7 @@ class Store:
             apply_defaults(resource, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
-                return obj
+                return prune(resource, obj)
             return self._commit(resource, "ADDED", obj, None).copy()
 
     def _resolve_namespace(self, resource: str, metadata: dict, namespace: Optional[str]) -> Optional[str]:
@@ -301,6 +304,7 @@ class Store:
 
     def _store_update(self, resource: str, current: Entry, new: dict, dry_run: bool) -> dict:
         new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
+        prune(resource, new)
         if new == current.obj:
             return current.copy()   # a no-op update keeps the resourceVersion, as in the API server
         if dry_run:
