@@ -26,7 +26,7 @@ _MAP_FIELDS = frozenset({
     "data", "binaryData", "stringData", "disruptedPods", "overhead", "allocatedResources", "attributes",
 })
 # Opaque fields (``runtime.RawExtension``): kept as sent.
-_RAW_FIELDS = frozenset({"parameters", "raw"})
+_RAW_FIELDS = frozenset({"parameters", "raw", "openAPIV3Schema"})
 
 # Fields kept when zero, false or empty wherever they appear in the kinds served: fields without omitempty
 # and pointers, whose names mean the same thing in every kind that has them.
@@ -54,6 +54,8 @@ _KEPT_BY_NAME = frozenset({
     # ConfigMap, Secret, ServiceAccount, Lease, RBAC, RuntimeClass, ResourceSlice
     "immutable", "holderIdentity", "leaseDurationSeconds", "leaseTransitions", "rules", "verbs", "handler",
     "driver", "generation", "resourceSliceCount",
+    # CustomResourceDefinition
+    "served", "storage", "storedVersions",
 })
 
 # Fields kept when zero at one path only (their name is omitempty elsewhere). Paths skip list indices.

@@ -2,14 +2,11 @@
 subresource a path names, and the typed query parameters the server reads."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 from urllib.parse import unquote
 
 from .errors import ApiError
-from .resources import RESOURCES
-
-_RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
-    (info["group"], info["version"], info["plural"]): key for key, info in RESOURCES.items()}
+from .resources import RESOURCE_KEYS, RESOURCES
 
 
 class Route:
@@ -43,7 +40,7 @@ def parse_resource_path(path: str) -> Optional[Route]:
     # /namespaces/<ns>/<resource>... scopes a resource; /namespaces/<ns>/status|finalize are the Namespace's own
     if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
         namespace, rest = rest[1], rest[2:]
-    key = _RESOURCE_KEYS.get((group, version, rest[0]))
+    key = RESOURCE_KEYS.get((group, version, rest[0]))
     if key is None or len(rest) > 3:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     if namespace is not None and not RESOURCES[key]["namespaced"]:

@@ -11,10 +11,8 @@ thread that made the change, after the lock is released, in commit order for tha
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
-import json
 import random
 import re
 import string
@@ -22,15 +20,19 @@ import sys
 import threading
 import traceback
 import uuid
-from collections import deque
+from collections import defaultdict, deque
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import eviction as pdb_math
+from .admission import admit_service_account
 from .defaults import apply_defaults
+from .concurrency import check_preconditions, check_resource_version
+from .crd import CRD_RESOURCE, admit_custom_object, prepare_crd, resource_info
 from .errors import ApiError, conflict, invalid, not_found
 from .omitempty import prune
-from .patch import APPLY_PATCH, apply_patch_document, check_patch_type, decode_patch
-from .resources import DEFAULT_NAMESPACES, RESOURCES, qualified
+from .paging import decode_continue, encode_continue
+from .patch import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
+from .resources import DEFAULT_NAMESPACES, RESOURCES, qualified, register_custom
 from .selectors import SelectorError, field_selector_name, parse_field_selector, parse_label_selector
 from .timefmt import now_rfc3339
 from .watch import Entry, Event, Watch
@@ -63,10 +65,12 @@ class Store:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._rv = 0
-        self._objects: Dict[str, Dict[Tuple[str, str], Entry]] = {key: {} for key in RESOURCES}
-        self._events: Dict[str, deque] = {key: deque() for key in RESOURCES}
-        self._compacted_rv: Dict[str, int] = {key: 0 for key in RESOURCES}
-        self._watches: Dict[str, List[Watch]] = {key: [] for key in RESOURCES}
+        # per resource key; custom resources come and go with their CRDs
+        self._objects: Dict[str, Dict[Tuple[str, str], Entry]] = defaultdict(dict)
+        self._events: Dict[str, deque] = defaultdict(deque)
+        self._compacted_rv: Dict[str, int] = defaultdict(int)
+        self._watches: Dict[str, List[Watch]] = defaultdict(list)
+        self._custom: Dict[str, dict] = {}   # resource key -> API description, for this store's CRDs
         self._subscribers: List[Callable[[str, str, dict], None]] = []
         for name in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": name}})
@@ -109,9 +113,17 @@ class Store:
             return str(self._rv)
 
     def _info(self, resource: str) -> dict:
-        if resource not in RESOURCES:
+        info = RESOURCES.get(resource)
+        if info is None or (info.get("custom") and resource not in self._custom):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return RESOURCES[resource]
+        return self._custom.get(resource, info)
+
+    def served_resources(self) -> Dict[str, dict]:
+        """What this store serves: the built-in resources and those of its CustomResourceDefinitions."""
+        with self._lock:
+            served = {key: info for key, info in RESOURCES.items() if not info.get("custom")}
+            served.update(self._custom)
+            return served
 
     def _key(self, resource: str, name: str, namespace: Optional[str]) -> Tuple[str, str]:
         return (namespace or "") if RESOURCES[resource]["namespaced"] else "", name
@@ -145,7 +157,22 @@ class Store:
         self._local.pending.append((event_type, resource, entry))
         if update_pdbs and resource in _PDB_INPUT_RESOURCES:
             self._refresh_pdb_status(obj["metadata"].get("namespace") or "")
+        if resource == CRD_RESOURCE:
+            self._serve_custom_resource(entry.obj, event_type)
         return entry
+
+    def _serve_custom_resource(self, crd: dict, event_type: str) -> None:
+        """A CRD written: serve its resource (at once, as the twin's CRDs are established at once); deleted:
+        its objects go with it."""
+        key = crd["metadata"]["name"]
+        if event_type != "DELETED":
+            info = resource_info(crd)
+            register_custom(key, info)
+            self._custom[key] = info
+            return
+        for entry in list(self._objects[key].values()):
+            self._commit(key, "DELETED", copy.deepcopy(entry.obj), entry)
+        self._custom.pop(key, None)
 
     # ------------------------------------------------------------ create
 
@@ -155,6 +182,8 @@ class Store:
         metadata = obj.setdefault("metadata", {})
         with self._mutating():
             namespace = self._resolve_namespace(resource, metadata, namespace)
+            if resource == "pods":
+                admit_service_account(obj, namespace, self._service_account_exists)
             self._assign_name(resource, metadata)
             if self._key(resource, metadata["name"], namespace) in self._objects[resource]:
                 raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (qualified(resource), metadata["name"]),
@@ -165,15 +194,28 @@ class Store:
                 metadata.pop(field, None)
             metadata["uid"] = str(uuid.uuid4())
             metadata["creationTimestamp"] = now_rfc3339()
-            if resource in _GENERATION_RESOURCES:
+            custom = bool(info.get("custom"))
+            if resource in _GENERATION_RESOURCES or custom:
                 metadata["generation"] = 1
-            if resource in _STATUS_CLEARED_ON_CREATE:
+            if resource in _STATUS_CLEARED_ON_CREATE or (custom and "status" in info["subresources"]):
                 obj.pop("status", None)
             apply_defaults(resource, obj)
+            self._admit_write(resource, info, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
                 return prune(resource, obj)
-            return self._commit(resource, "ADDED", obj, None).copy()
+            created = self._commit(resource, "ADDED", obj, None).copy()
+            if resource == "namespaces":
+                self._ensure_default_service_account(metadata["name"])
+            return created
+
+    def _service_account_exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._objects["serviceaccounts"]
+
+    def _ensure_default_service_account(self, namespace: str) -> None:
+        """What kube-controller-manager's serviceaccount controller does: every namespace has ``default``."""
+        if ("", namespace) in self._objects["namespaces"] and not self._service_account_exists(namespace, "default"):
+            self.create("serviceaccounts", {"metadata": {"name": "default", "namespace": namespace}}, namespace)
 
     def _resolve_namespace(self, resource: str, metadata: dict, namespace: Optional[str]) -> Optional[str]:
         if not RESOURCES[resource]["namespaced"]:
@@ -246,11 +288,11 @@ class Store:
             selected = self._select(resource, namespace, label_selector, field_selector)
             list_rv = str(self._rv)
             if continue_token:
-                start, list_rv = _decode_continue(continue_token)
+                start, list_rv = decode_continue(continue_token)
                 selected = [(key, entry) for key, entry in selected if list(key) > start]
             if limit and len(selected) > limit:
                 page = selected[:limit]
-                token = _encode_continue(list(page[-1][0]), list_rv)
+                token = encode_continue(list(page[-1][0]), list_rv)
                 return [entry.raw for _, entry in page], list_rv, token, len(selected) - limit
             return [entry.raw for _, entry in selected], list_rv, None, None
 
@@ -268,7 +310,7 @@ class Store:
                                " namespace sent on the request")
             namespace = namespace or metadata.get("namespace")
             current = self._entry(resource, name, namespace)
-            _check_resource_version(resource, name, current.obj, metadata.get("resourceVersion"))
+            check_resource_version(resource, name, current.obj, metadata.get("resourceVersion"))
             if subresource not in (None, "status"):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
                                                         " resource")
@@ -298,9 +340,18 @@ class Store:
             else:
                 new.pop("status", None)
         apply_defaults(resource, new)
-        if resource in _GENERATION_RESOURCES and _spec_of(new) != _spec_of(current):
+        self._admit_write(resource, info, new)
+        if (resource in _GENERATION_RESOURCES or info.get("custom")) and _spec_of(new) != _spec_of(current):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1
         return new
+
+    @staticmethod
+    def _admit_write(resource: str, info: dict, obj: dict) -> None:
+        """What the API server does to a written CRD or custom object after defaulting (422 when invalid)."""
+        if resource == CRD_RESOURCE:
+            prepare_crd(obj)
+        elif info.get("custom"):
+            admit_custom_object(info, obj)
 
     def _store_update(self, resource: str, current: Entry, new: dict, dry_run: bool) -> dict:
         new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
@@ -320,6 +371,10 @@ class Store:
         """Patch with one of PATCH_TYPES; ``patch`` is a dict/list or its JSON (YAML for apply) text."""
         info = self._info(resource)
         check_patch_type(patch_type)
+        if info.get("custom") and patch_type == STRATEGIC_MERGE_PATCH:
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
+                           " media types include: application/json-patch+json, application/merge-patch+json,"
+                           " application/apply-patch+yaml")
         document = decode_patch(patch, patch_type)
         with self._mutating():
             key = self._key(resource, name, namespace)
@@ -331,7 +386,7 @@ class Store:
             if patched_name != name:
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL (%s)"
                                % (patched_name, name))
-            _check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
+            check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
             new = self._merged_update(resource, info, current.obj, patched, subresource)
             return self._store_update(resource, current, new, dry_run)
 
@@ -345,7 +400,7 @@ class Store:
         self._info(resource)
         with self._mutating():
             current = self._entry(resource, name, namespace)
-            _check_preconditions(resource, name, current.obj, preconditions)
+            check_preconditions(resource, name, current.obj, preconditions)
             if resource == "namespaces":
                 return self._delete_namespace(current, dry_run)
             if resource == "pods":
@@ -359,6 +414,8 @@ class Store:
             gone = self._commit(resource, "DELETED", copy.deepcopy(current.obj), current)
             if propagation_policy != "Orphan":
                 self._collect_dependents(current.obj)
+            if resource == "serviceaccounts" and name == "default":
+                self._ensure_default_service_account(namespace or "")
             return gone.copy()
 
     def finalize_pod_deletion(self, namespace: str, name: str) -> dict:
@@ -543,36 +600,3 @@ def _with_type_first(info: dict, obj: dict) -> dict:
 
 def _spec_of(obj: dict) -> dict:
     return {key: value for key, value in obj.items() if key not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _check_resource_version(resource: str, name: str, current: dict, wanted_rv) -> None:
-    """Optimistic concurrency: 409 Conflict when a write names a resourceVersion that is not the stored one
-    (a write without one is unconditional)."""
-    if wanted_rv and str(wanted_rv) != current["metadata"]["resourceVersion"]:
-        raise conflict(resource, name, "the object has been modified; please apply your changes to the latest"
-                                        " version and try again")
-
-
-def _check_preconditions(resource: str, name: str, obj: dict, preconditions: Optional[dict]) -> None:
-    if not preconditions:
-        return
-    uid = preconditions.get("uid")
-    if uid and uid != obj["metadata"]["uid"]:
-        raise conflict(resource, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
-                        % (uid, obj["metadata"]["uid"]))
-    rv = preconditions.get("resourceVersion")
-    if rv and rv != obj["metadata"]["resourceVersion"]:
-        raise conflict(resource, name, "Precondition failed: ResourceVersion in precondition: %s, ResourceVersion"
-                        " in object meta: %s" % (rv, obj["metadata"]["resourceVersion"]))
-
-
-def _encode_continue(start_key: list, list_rv: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"start": start_key, "rv": list_rv}).encode()).decode()
-
-
-def _decode_continue(token: str) -> Tuple[list, str]:
-    try:
-        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return list(decoded["start"]), str(decoded["rv"])
-    except (ValueError, KeyError, TypeError):
-        raise ApiError(400, "BadRequest", "continue key is not valid")
