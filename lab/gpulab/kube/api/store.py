@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import random
-import re
-import string
 import sys
 import threading
 import traceback
@@ -28,7 +25,8 @@ from .admission import admit_service_account
 from .defaults import apply_defaults
 from .concurrency import check_preconditions, check_resource_version
 from .crd import CRD_RESOURCE, admit_custom_object, prepare_crd, resource_info
-from .errors import ApiError, conflict, invalid, not_found
+from .errors import ApiError, conflict, not_found
+from .names import assign_name
 from .omitempty import prune
 from .paging import decode_continue, encode_continue
 from .patch import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
@@ -48,12 +46,6 @@ _STATUS_CLEARED_ON_CREATE = {"deployments", "replicasets", "daemonsets", "statef
                              "poddisruptionbudgets"}
 # Owner-reference garbage collection only looks here for dependents.
 _DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs")
-
-_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAME_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.',"
-                 " and must start and end with an alphanumeric character (e.g. 'example.com', regex used for"
-                 " validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-
 
 class Store:
     """Thread-safe object store with the semantics of the Kubernetes generic registry."""
@@ -184,7 +176,7 @@ class Store:
             namespace = self._resolve_namespace(resource, metadata, namespace)
             if resource == "pods":
                 admit_service_account(obj, namespace, self._service_account_exists)
-            self._assign_name(resource, metadata)
+            assign_name(resource, metadata)
             if self._key(resource, metadata["name"], namespace) in self._objects[resource]:
                 raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (qualified(resource), metadata["name"]),
                                {"name": metadata["name"], "group": info["group"], "kind": info["plural"]})
@@ -229,16 +221,6 @@ class Store:
             raise not_found("namespaces", namespace)
         metadata["namespace"] = namespace
         return namespace
-
-    def _assign_name(self, resource: str, metadata: dict) -> None:
-        if not metadata.get("name") and metadata.get("generateName"):
-            suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
-            metadata["name"] = metadata["generateName"] + suffix
-        name = metadata.get("name")
-        if not name:
-            raise invalid(resource, "", "metadata.name", "", "name or generateName is required")
-        if len(name) > 253 or not _NAME_PATTERN.match(name):
-            raise invalid(resource, name, "metadata.name", name, _NAME_MESSAGE)
 
     # ------------------------------------------------------------ read
 
@@ -325,6 +307,7 @@ class Store:
                 new["status"] = obj["status"]
             else:
                 new.pop("status", None)
+            self._admit_write(resource, info, new)
             return new
         new = _with_type_first(info, obj)
         metadata = new.setdefault("metadata", {})
