@@ -42,8 +42,8 @@ def twin(tmp_path):
     twin.server.stop()
 
 
-def _apply(twin, document, check=True):
-    result = subprocess.run([KUBECTL, "apply", "-f", "-"], input=yaml.safe_dump(document), env=twin.env,
+def _apply(twin, document, *extra, check=True):
+    result = subprocess.run([KUBECTL, "apply", "-f", "-"] + list(extra), input=yaml.safe_dump(document), env=twin.env,
                             capture_output=True, text=True, timeout=60)
     if check:
         assert result.returncode == 0, result.stderr
@@ -81,7 +81,10 @@ def test_cluster_policy_gets_its_schema_defaults_and_missing_sections_are_refuse
     assert 'The ClusterPolicy "cluster-policy" is invalid' in refused.stderr
     for section in ("dcgm", "driver", "toolkit"):
         assert "spec.%s: Required value" % section in refused.stderr
-    _apply(twin, _cluster_policy(unknownSection={"x": 1}))
+    strict = _apply(twin, _cluster_policy(unknownSection={"x": 1}), check=False)
+    assert 'strict decoding error: unknown field "spec.unknownSection"' in strict.stderr, \
+        "kubectl asks for fieldValidation=Strict by default"
+    _apply(twin, _cluster_policy(unknownSection={"x": 1}), "--validate=false")
     policy = json.loads(twin.kubectl("get", "clusterpolicy", "cluster-policy", "-o", "json").stdout)
     assert policy["spec"]["driver"]["kernelModuleType"] == "auto"
     assert policy["spec"]["operator"]["runtimeClass"] == "nvidia"

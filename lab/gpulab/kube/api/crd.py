@@ -81,9 +81,15 @@ def resource_info(crd: dict) -> dict:
     return info
 
 
-def admit_custom_object(info: dict, obj: dict) -> None:
-    """Default, prune and validate a custom object against its CRD's schema (422 Invalid as the API server)."""
-    structural.default_and_prune(obj, info["schema"])
+def admit_custom_object(info: dict, obj: dict, field_validation: Optional[str] = None) -> None:
+    """Default, prune and validate a custom object against its CRD's schema (422 Invalid as the API server).
+    Unknown fields are dropped, or refused (400) when the request asked for ``fieldValidation=Strict``, which
+    kubectl sends by default."""
+    pruned = structural.default_and_prune(obj, info["schema"])
+    if pruned and field_validation == "Strict":
+        raise ApiError(400, "BadRequest", '%s in version "%s" cannot be handled as a %s: strict decoding error: %s'
+                       % (info["kind"], info["version"], info["kind"],
+                          ", ".join('unknown field "%s"' % path for path in pruned)))
     errors = structural.validate(obj, info["schema"])
     if not errors:
         return

@@ -19,41 +19,46 @@ _JSON_TYPES = {"object": (dict,), "array": (list,), "string": (str,), "integer":
 FieldError = Tuple[str, str, str]
 
 
-def default_and_prune(obj: dict, schema: dict) -> None:
-    """Apply the schema's defaults to ``obj`` and drop the fields it does not know, in place."""
+def default_and_prune(obj: dict, schema: dict) -> List[str]:
+    """Apply the schema's defaults to ``obj`` and drop the fields it does not know, in place; returns the paths
+    of the fields dropped (``spec.unknownField``)."""
+    pruned: List[str] = []
     for field in list(obj):
         if field in _ROOT_FIELDS_KEPT:
             continue
         properties = schema.get("properties") or {}
         if field not in properties and not schema.get("x-kubernetes-preserve-unknown-fields"):
             del obj[field]
+            pruned.append(field)
     for field, sub_schema in (schema.get("properties") or {}).items():
         if field in _ROOT_FIELDS_KEPT:
             continue
         if field not in obj and "default" in sub_schema:
             obj[field] = copy.deepcopy(sub_schema["default"])
         if field in obj:
-            _default_value(obj[field], sub_schema)
+            _default_value(obj[field], sub_schema, field, pruned)
+    return pruned
 
 
-def _default_value(value, schema: dict) -> None:
+def _default_value(value, schema: dict, path: str, pruned: List[str]) -> None:
     if isinstance(value, dict):
         properties = schema.get("properties")
         additional = schema.get("additionalProperties")
         if properties is not None and not schema.get("x-kubernetes-preserve-unknown-fields") and not additional:
             for field in [field for field in value if field not in properties]:
                 del value[field]
+                pruned.append("%s.%s" % (path, field))
         for field, sub_schema in (properties or {}).items():
             if field not in value and "default" in sub_schema:
                 value[field] = copy.deepcopy(sub_schema["default"])
             if field in value:
-                _default_value(value[field], sub_schema)
+                _default_value(value[field], sub_schema, "%s.%s" % (path, field), pruned)
         if isinstance(additional, dict):
             for field in value:
-                _default_value(value[field], additional)
+                _default_value(value[field], additional, "%s.%s" % (path, field), pruned)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for item in value:
-            _default_value(item, schema["items"])
+        for index, item in enumerate(value):
+            _default_value(item, schema["items"], "%s[%d]" % (path, index), pruned)
 
 
 def validate(obj: dict, schema: dict) -> List[FieldError]:

@@ -223,7 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._list(route, query)
         elif self.command == "POST":
             self._verb = "create"
-            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=dry_run_requested(query))
+            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=dry_run_requested(query),
+                                   field_validation=query_value(query, "fieldValidation"))
             self._send_json(201, created)
         elif self.command == "DELETE":
             self._verb = "deletecollection"
@@ -367,14 +368,15 @@ class _Handler(BaseHTTPRequestHandler):
                                " (%s)" % (body["metadata"]["name"], route.name))
             body.setdefault("metadata", {})["name"] = route.name
             self._send_json(200, store.update(route.resource, body, route.namespace, route.subresource,
-                                              dry_run=dry_run))
+                                              dry_run=dry_run, field_validation=query_value(query, "fieldValidation")))
         elif self.command == "PATCH":
             self._verb = "patch"
             content_type = self._content_type()
             check_patch_type(content_type)
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
-                                 route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")))
+                                 route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")),
+                                 field_validation=query_value(query, "fieldValidation"))
             self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200, result)
         elif self.command == "DELETE":
             self._verb = "delete"

@@ -168,7 +168,8 @@ class Store:
 
     # ------------------------------------------------------------ create
 
-    def create(self, resource: str, obj: dict, namespace: Optional[str] = None, dry_run: bool = False) -> dict:
+    def create(self, resource: str, obj: dict, namespace: Optional[str] = None, dry_run: bool = False,
+               field_validation: Optional[str] = None) -> dict:
         info = self._info(resource)
         obj = copy.deepcopy(obj)
         metadata = obj.setdefault("metadata", {})
@@ -192,7 +193,7 @@ class Store:
             if resource in _STATUS_CLEARED_ON_CREATE or (custom and "status" in info["subresources"]):
                 obj.pop("status", None)
             apply_defaults(resource, obj)
-            self._admit_write(resource, info, obj)
+            self._admit_write(resource, info, obj, field_validation)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
                 return prune(resource, obj)
@@ -281,7 +282,8 @@ class Store:
     # ------------------------------------------------------------ update and patch
 
     def update(self, resource: str, obj: dict, namespace: Optional[str] = None,
-               subresource: Optional[str] = None, dry_run: bool = False) -> dict:
+               subresource: Optional[str] = None, dry_run: bool = False,
+               field_validation: Optional[str] = None) -> dict:
         info = self._info(resource)
         obj = copy.deepcopy(obj)
         metadata = obj.get("metadata") or {}
@@ -296,18 +298,18 @@ class Store:
             if subresource not in (None, "status"):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
                                                         " resource")
-            new = self._merged_update(resource, info, current.obj, obj, subresource)
+            new = self._merged_update(resource, info, current.obj, obj, subresource, field_validation)
             return self._store_update(resource, current, new, dry_run)
 
     def _merged_update(self, resource: str, info: dict, current: dict, obj: dict,
-                       subresource: Optional[str]) -> dict:
+                       subresource: Optional[str], field_validation: Optional[str] = None) -> dict:
         if subresource == "status":
             new = copy.deepcopy(current)
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
                 new.pop("status", None)
-            self._admit_write(resource, info, new)
+            self._admit_write(resource, info, new, field_validation)
             return new
         new = _with_type_first(info, obj)
         metadata = new.setdefault("metadata", {})
@@ -323,18 +325,18 @@ class Store:
             else:
                 new.pop("status", None)
         apply_defaults(resource, new)
-        self._admit_write(resource, info, new)
+        self._admit_write(resource, info, new, field_validation)
         if (resource in _GENERATION_RESOURCES or info.get("custom")) and _spec_of(new) != _spec_of(current):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1
         return new
 
     @staticmethod
-    def _admit_write(resource: str, info: dict, obj: dict) -> None:
+    def _admit_write(resource: str, info: dict, obj: dict, field_validation: Optional[str] = None) -> None:
         """What the API server does to a written CRD or custom object after defaulting (422 when invalid)."""
         if resource == CRD_RESOURCE:
             prepare_crd(obj)
         elif info.get("custom"):
-            admit_custom_object(info, obj)
+            admit_custom_object(info, obj, field_validation)
 
     def _store_update(self, resource: str, current: Entry, new: dict, dry_run: bool) -> dict:
         new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
@@ -350,7 +352,8 @@ class Store:
         return self._commit(resource, "MODIFIED", new, current).copy()
 
     def patch(self, resource: str, name: str, patch, patch_type: str, namespace: Optional[str] = None,
-              subresource: Optional[str] = None, dry_run: bool = False, force: bool = False) -> dict:
+              subresource: Optional[str] = None, dry_run: bool = False, force: bool = False,
+              field_validation: Optional[str] = None) -> dict:
         """Patch with one of PATCH_TYPES; ``patch`` is a dict/list or its JSON (YAML for apply) text."""
         info = self._info(resource)
         check_patch_type(patch_type)
@@ -362,7 +365,7 @@ class Store:
         with self._mutating():
             key = self._key(resource, name, namespace)
             if patch_type == APPLY_PATCH and key not in self._objects[resource]:
-                return self.create(resource, document, namespace, dry_run=dry_run)
+                return self.create(resource, document, namespace, dry_run=dry_run, field_validation=field_validation)
             current = self._entry(resource, name, namespace)
             patched = apply_patch_document(current.obj, document, patch_type)
             patched_name = (patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None
@@ -370,7 +373,7 @@ class Store:
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL (%s)"
                                % (patched_name, name))
             check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
-            new = self._merged_update(resource, info, current.obj, patched, subresource)
+            new = self._merged_update(resource, info, current.obj, patched, subresource, field_validation)
             return self._store_update(resource, current, new, dry_run)
 
     # ------------------------------------------------------------ delete
