@@ -88,8 +88,6 @@ options:
 
 import datetime
 import json
-import logging
-import logging.handlers
 import os
 import pwd
 import socket
@@ -151,6 +149,34 @@ def login_name():
         return os.environ.get("LOGNAME") or None
 
 
+class SyslogForwarder:
+    """Sends each line to syslog/journald as one datagram, never blocking the run: a full, absent or refusing
+    socket drops the line (the file holds every line; drops are counted in the run_end record)."""
+
+    TAG = "gpuops-audit"
+    FACILITIES = {"kern": 0, "user": 1, "daemon": 3, "auth": 4, "syslog": 5, "authpriv": 10, "local0": 16,
+                  "local1": 17, "local2": 18, "local3": 19, "local4": 20, "local5": 21, "local6": 22, "local7": 23}
+    INFO = 6
+
+    def __init__(self, address, facility):
+        self.priority = self.FACILITIES.get(facility, 1) * 8 + self.INFO
+        if ":" in address and not address.startswith("/"):
+            host, port = address.rsplit(":", 1)
+            self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+            self.target = (host, int(port))
+        else:
+            self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.target = address
+        self.socket.setblocking(False)
+        self.dropped = 0
+
+    def send(self, line):
+        try:
+            self.socket.sendto(("<%d>%s: %s" % (self.priority, self.TAG, line)).encode("utf-8"), self.target)
+        except OSError:
+            self.dropped += 1
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -182,20 +208,7 @@ class CallbackModule(CallbackBase):
         self._run_id = self.get_option("run_id") or uuid.uuid4().hex
         self._secrets = secret_values_from_mapping(os.environ)
         if self.get_option("syslog"):
-            self._syslog = self._syslog_logger(self.get_option("syslog_address"), self.get_option("syslog_facility"))
-
-    def _syslog_logger(self, address, facility):
-        if ":" in address and not address.startswith("/"):
-            host, port = address.rsplit(":", 1)
-            address = (host, int(port))
-        handler = logging.handlers.SysLogHandler(
-            address=address, facility=logging.handlers.SysLogHandler.facility_names.get(facility, "user"))
-        handler.ident = "gpuops-audit: "
-        logger = logging.getLogger("gpuops.nvidia.audit.%s" % self._run_id)
-        logger.propagate = False
-        logger.setLevel(logging.INFO)
-        logger.addHandler(handler)
-        return logger
+            self._syslog = SyslogForwarder(self.get_option("syslog_address"), self.get_option("syslog_facility"))
 
     def _write(self, event, **fields):
         record = {"event": event, "run_id": self._run_id, "ts": utc_now()}
@@ -206,7 +219,7 @@ class CallbackModule(CallbackBase):
             self._display.error("gpuops.nvidia.audit: cannot append to %s: %s" % (self._log_path, error))
             return
         if self._syslog is not None:
-            self._syslog.info(line)
+            self._syslog.send(line)
 
     # run start: written at the first play, when the extra vars (ticket, secret names) are known
     def v2_playbook_on_start(self, playbook):
@@ -296,4 +309,7 @@ class CallbackModule(CallbackBase):
                            ("ok", "changed", "failures", "unreachable", "skipped", "rescued", "ignored")}
         failed = any(counts["failures"] or counts["unreachable"] for counts in hosts.values())
         duration = round(time.monotonic() - self._started, 3) if self._started is not None else None
-        self._write("run_end", status="failed" if failed else "ok", duration_s=duration, hosts=hosts)
+        fields = {"status": "failed" if failed else "ok", "duration_s": duration, "hosts": hosts}
+        if self._syslog is not None:
+            fields["syslog_dropped"] = self._syslog.dropped
+        self._write("run_end", **fields)

@@ -94,6 +94,41 @@ def scrub_command_artifact(artifact_dir, our_env):
     os.replace(temporary, path)
 
 
+NO_LOG_STDOUT = "(output of a no_log task hidden by gpuops)\r\n"
+
+
+def censor_event(event, secrets):
+    """Make a runner event safe to keep: ansible-core 2.19 prints the failure message of a no_log task (the
+    captured exception) although the result itself is censored, so the stdout of a censored result is replaced;
+    every value of a secret-named environment variable is scrubbed from the whole event."""
+    data = event.get("event_data") or {}
+    if isinstance(data.get("res"), dict) and data["res"].get("censored"):
+        event["stdout"] = NO_LOG_STDOUT
+    if secrets:
+        text = json.dumps(event)
+        scrubbed = scrub(text, secrets)
+        if scrubbed != text:
+            event.clear()
+            event.update(json.loads(scrubbed))
+    return event
+
+
+def scrub(text, secrets):
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(json.dumps(secret)[1:-1], "********")
+    return text
+
+
+def write_stdout_from_events(artifact_dir, events):
+    """The artifact's stdout rebuilt from the censored events (ansible-runner's raw copy is not written)."""
+    path = os.path.join(artifact_dir, "stdout")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as stream:
+        for event in sorted(events, key=lambda one: one.get("counter", 0)):
+            stream.write(event.get("stdout") or "")
+            if event.get("stdout"):
+                stream.write("\n")
+
+
 def rotate_runs(runs_dir, keep):
     """Keep the newest ``keep`` run folders (run ids sort by time)."""
     runs = sorted(name for name in os.listdir(runs_dir) if os.path.isdir(os.path.join(runs_dir, name)))
@@ -205,12 +240,14 @@ class RunbookRun:
         if self.args.vault_password_file:
             cmdline += ["--vault-password-file", os.path.abspath(self.args.vault_password_file)]
         artifact_dir = os.path.join(self.run_dir, "artifacts", self.run_id)
-        scrubbed = []
+        scrubbed, kept_events = [], []
+        env_secrets = self.events.secret_values_from_mapping(os.environ)
 
         def on_event(event):
             if not scrubbed:  # the command file exists once events flow: shorten the time it holds the env
                 scrub_command_artifact(artifact_dir, env)
                 scrubbed.append(True)
+            kept_events.append(censor_event(event, env_secrets))
             return True
 
         previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
@@ -220,12 +257,14 @@ class RunbookRun:
                 project_dir=os.path.join(collection.collection_root(self.collections_path), "playbooks"),
                 playbook="gpuops.nvidia." + self.playbook, inventory=os.path.abspath(self.args.inventory),
                 limit=self.args.limit, extravars=extra_vars, cmdline=" ".join(cmdline) or None, envvars=env,
-                suppress_env_files=True, quiet=not self.args.verbose, event_handler=on_event,
+                suppress_env_files=True, settings={"suppress_output_file": True}, quiet=not self.args.verbose,
+                event_handler=on_event,
                 cancel_callback=lambda: self.interrupted)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         scrub_command_artifact(artifact_dir, env)
+        write_stdout_from_events(artifact_dir, kept_events)
         records = self.chain.read_records(self.audit_log, self.run_id)
         code = outcome_of(records, result.status, result.rc, self.interrupted)
         self._append("runner_end", exit_code=code, outcome=exitcodes.MEANING[code], runner_status=result.status,
