@@ -59,8 +59,8 @@ def summary_text(records, run_dir, audit_log, head):
     """What `gpuops` prints at the end of a run: fits one screen for a batch of a few dozen nodes."""
     start, end = first_of(records, "run_start"), first_of(records, "runner_end")
     refused = first_of(records, "refused")
-    lines = ["gpuops %s  run %s" % (end.get("runbook") or refused.get("runbook", "?"), end.get("run_id")
-                                     or refused.get("run_id"))]
+    about = end or refused
+    lines = ["gpuops %s  run %s" % (about.get("runbook", "?"), about.get("run_id"))]
     operator = start.get("operator") or refused.get("operator") or {}
     lines.append("  mode %s  ticket %s  cluster %s  operator %s" % (
         end.get("mode") or refused.get("mode"), start.get("ticket") or refused.get("ticket") or "-",
@@ -71,8 +71,8 @@ def summary_text(records, run_dir, audit_log, head):
     rows = node_rows(records)
     if rows:
         lines.append("")
-        lines.append("  %-22s %5s %-11s %4s %4s %4s %4s %8s  %s" % ("node", "batch", "result", "ok", "chg", "fail",
-                                                                 "skip", "time_s", "first failure"))
+        header = ("node", "batch", "result", "ok", "chg", "fail", "skip", "time_s", "first failure")
+        lines.append("  %-22s %5s %-11s %4s %4s %4s %4s %8s  %s" % header)
         for row in rows:
             why = describe_failure(row["first_failure"])
             lines.append("  %-22s %5s %-11s %4d %4d %4d %4d %8.1f  %s" % (
@@ -85,8 +85,8 @@ def summary_text(records, run_dir, audit_log, head):
         lines.append("  gates: %d passed, %d failed" % (passed, len(gates) - passed))
     lines.append("")
     if end:
-        lines.append("  exit %s (%s)  ansible-runner status %s" % (end.get("exit_code"), end.get("outcome"),
-                                                                  end.get("runner_status")))
+        lines.append("  exit %s (%s)  ansible-runner status %s"
+                     % (end.get("exit_code"), end.get("outcome"), end.get("runner_status")))
     elif refused:
         lines.append("  exit %s (refused)" % refused.get("exit_code"))
     lines.append("  report   %s/report.html" % run_dir)

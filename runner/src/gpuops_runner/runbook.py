@@ -168,8 +168,8 @@ class RunbookRun:
         self.run_id = new_run_id()
         self.data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
         self.run_dir = os.path.join(self.data_dir, "runs", self.run_id)
-        self.audit_log = os.path.abspath(os.path.expanduser(args.audit_log or os.path.join(self.data_dir,
-                                                                                          "audit.jsonl")))
+        default_log = os.path.join(self.data_dir, "audit.jsonl")
+        self.audit_log = os.path.abspath(os.path.expanduser(args.audit_log or default_log))
         self.playbook, self.apply_allowed = RUNBOOKS[args.runbook]
         self.collections_path = collection.find_collections_path(args.collections_path)
         self.chain = collection.chain(self.collections_path)
