@@ -43,4 +43,4 @@ def group_hosts(listing, group):
 def cluster_names(listing, hosts):
     """The distinct gpuops_cluster_name values of those hosts (a host without one counts as None)."""
     hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
-    return sorted({hostvars.get(host, {}).get(CLUSTER_VAR) for host in hosts}, key=lambda name: str(name))
+    return sorted({hostvars.get(host, {}).get(CLUSTER_VAR) for host in hosts}, key=str)
