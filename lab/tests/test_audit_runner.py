@@ -304,7 +304,8 @@ def test_run_folders_are_rotated(fleet, tmp_path):
     data_dir = str(tmp_path / "data")
     inventory = os.path.join(fleet.state_dir, "inventory.yml")
     for _ in range(3):
-        assert gpuops("diagnose", "-i", inventory, "--data-dir", data_dir, "--apply", "--keep-runs", "2").returncode == 3
+        refused = gpuops("diagnose", "-i", inventory, "--data-dir", data_dir, "--apply", "--keep-runs", "2")
+        assert refused.returncode == 3
     kept = sorted(os.listdir(os.path.join(data_dir, "runs")))
     assert len(kept) == 2 and kept == run_ids(os.path.join(data_dir, "audit.jsonl"))[1:]
 

@@ -133,7 +133,8 @@ def test_timeline_is_valid_svg_with_lanes_failures_gates_and_batches():
         "step drain", "step drain", "step install", "step other failed", "step reboot failed"]
     assert [element.get("class") for element in root.iter(namespace + "path") if element.get("class")] == [
         "gate passed"]
-    batch_labels = [element.text for element in root.iter(namespace + "text") if (element.text or "").startswith("batch")]
+    labels = [element.text or "" for element in root.iter(namespace + "text")]
+    batch_labels = [label for label in labels if label.startswith("batch")]
     assert batch_labels == ["batch 1", "batch 2"]
     failed_bar = next(element for element in rects if element.get("class") == "step reboot failed")
     assert float(failed_bar.get("width")) > float(next(

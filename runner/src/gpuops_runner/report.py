@@ -133,7 +133,8 @@ def html_page(records, head):
              ("refused because", end.get("reason")),
              ("ticket", start.get("ticket") or end.get("ticket")), ("cluster", end.get("cluster")),
              ("operator", describe_operator(start.get("operator") or end.get("operator"))),
-             ("collection", describe_collection(start.get("collection"))), ("inventory sha256", (start.get("inventory") or {}).get("sha256")),
+             ("collection", describe_collection(start.get("collection"))),
+             ("inventory sha256", (start.get("inventory") or {}).get("sha256")),
              ("extra vars sha256", (start.get("extra_vars") or {}).get("sha256")),
              ("started", start.get("ts") or end.get("ts")), ("audit head", head)]
     fact_rows = "".join("<tr><th>%s</th>%s</tr>" % (html.escape(name), _cell(value))
