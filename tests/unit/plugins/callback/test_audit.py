@@ -17,7 +17,8 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_chain import verify_file
 
-COLLECTIONS_PATH = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", ".."))
+# the folder holding ansible_collections/ (this file is ansible_collections/gpuops/nvidia/tests/unit/plugins/callback/)
+COLLECTIONS_PATH = os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 7))
 SECRET_ENV = "tok-env-0123456789"
 SECRET_EXTRA = "pw-extra-0123456789"
 NO_LOG_VALUE = "nolog-0123456789"
