@@ -300,6 +300,16 @@ def test_timeline_and_report_render_in_a_headless_browser(runs, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
 
 
+def test_a_runbook_not_in_the_collection_is_refused_by_name(fleet, tmp_path):
+    if os.path.exists(os.path.join(collection_path(), "ansible_collections", "gpuops", "nvidia", "playbooks",
+                                   "driver_upgrade.yml")):
+        pytest.skip("driver_upgrade.yml has landed: plan runs it")
+    done = gpuops("plan", "-i", os.path.join(fleet.state_dir, "inventory.yml"), "--data-dir", str(tmp_path))
+    assert done.returncode == 3 and "gpuops.nvidia.driver_upgrade is not in the collection" in done.stdout
+    refused = records(os.path.join(str(tmp_path), "audit.jsonl"))[0]
+    assert refused["event"] == "refused" and refused["collection"]["name"] == "gpuops.nvidia"
+
+
 def test_run_folders_are_rotated(fleet, tmp_path):
     data_dir = str(tmp_path / "data")
     inventory = os.path.join(fleet.state_dir, "inventory.yml")

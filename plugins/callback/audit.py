@@ -87,11 +87,9 @@ options:
 """
 
 import datetime
-import json
 import os
 import pwd
 import socket
-import subprocess
 import time
 import uuid
 
@@ -101,7 +99,7 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_chain import append_record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_events import (
-    GATE_VAR, STEP_VAR, TICKET_VAR, is_secret_name, operator_identity, secret_values_from_mapping,
+    GATE_VAR, STEP_VAR, TICKET_VAR, collection_info, is_secret_name, operator_identity, secret_values_from_mapping,
     sha256_of_extra_vars, sha256_of_paths, summarise_result,
 )
 
@@ -110,28 +108,6 @@ COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 
 def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def collection_info(root):
-    """name, version (MANIFEST.json of an installed build, else galaxy.yml) and git commit of a checkout."""
-    info = {"name": "gpuops.nvidia", "version": None, "git_commit": None}
-    manifest = os.path.join(root, "MANIFEST.json")
-    if os.path.isfile(manifest):
-        with open(manifest) as stream:
-            info["version"] = json.load(stream).get("collection_info", {}).get("version")
-    elif os.path.isfile(os.path.join(root, "galaxy.yml")):
-        with open(os.path.join(root, "galaxy.yml")) as stream:
-            for line in stream:
-                if line.startswith("version:"):
-                    info["version"] = line.split(":", 1)[1].strip().strip("'\"")
-    try:
-        done = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              check=False)
-        if done.returncode == 0:
-            info["git_commit"] = done.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return info
 
 
 def effective_user():

@@ -14,8 +14,10 @@ secret value replaced by ``REDACTED``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import subprocess
 
 REDACTED = "********"
 MESSAGE_MAX_CHARS = 300
@@ -139,3 +141,27 @@ def sha256_of_extra_vars(arguments):
         else:
             digest.update(argument.encode("utf-8") + b"\0")
     return digest.hexdigest()
+
+
+def collection_info(root):
+    """name, version (MANIFEST.json of an installed build, else galaxy.yml) and the git commit when ``root`` is the
+    top of a git checkout (not merely inside some other repository)."""
+    info = {"name": "gpuops.nvidia", "version": None, "git_commit": None}
+    manifest = os.path.join(root, "MANIFEST.json")
+    if os.path.isfile(manifest):
+        with open(manifest) as stream:
+            info["version"] = json.load(stream).get("collection_info", {}).get("version")
+    elif os.path.isfile(os.path.join(root, "galaxy.yml")):
+        with open(os.path.join(root, "galaxy.yml")) as stream:
+            for line in stream:
+                if line.startswith("version:"):
+                    info["version"] = line.split(":", 1)[1].strip().strip("'\"")
+    try:
+        done = subprocess.run(["git", "-C", root, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=False)
+        lines = done.stdout.split()
+        if done.returncode == 0 and len(lines) == 2 and os.path.realpath(lines[0]) == os.path.realpath(root):
+            info["git_commit"] = lines[1]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info

@@ -65,7 +65,7 @@ def summary_text(records, run_dir, audit_log, head):
     lines.append("  mode %s  ticket %s  cluster %s  operator %s" % (
         end.get("mode") or refused.get("mode"), start.get("ticket") or refused.get("ticket") or "-",
         end.get("cluster") or refused.get("cluster") or "-", describe_operator(operator)))
-    lines.append("  collection %s" % (describe_collection(start.get("collection")) or "-"))
+    lines.append("  collection %s" % (describe_collection(start.get("collection") or refused.get("collection")) or "-"))
     if refused:
         lines.append("  REFUSED: %s" % refused.get("reason"))
     rows = node_rows(records)
@@ -133,7 +133,7 @@ def html_page(records, head):
              ("refused because", end.get("reason")),
              ("ticket", start.get("ticket") or end.get("ticket")), ("cluster", end.get("cluster")),
              ("operator", describe_operator(start.get("operator") or end.get("operator"))),
-             ("collection", describe_collection(start.get("collection"))),
+             ("collection", describe_collection(start.get("collection") or end.get("collection"))),
              ("inventory sha256", (start.get("inventory") or {}).get("sha256")),
              ("extra vars sha256", (start.get("extra_vars") or {}).get("sha256")),
              ("started", start.get("ts") or end.get("ts")), ("audit head", head)]

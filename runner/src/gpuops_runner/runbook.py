@@ -227,7 +227,8 @@ class RunbookRun:
             extra_vars = self._check(env)
         except Refused as refusal:
             self._append("refused", reason=str(refusal), exit_code=exitcodes.REFUSED, ticket=self.args.ticket,
-                         operator=operator(self.events), cluster=self.cluster)
+                         operator=operator(self.events), cluster=self.cluster,
+                         collection=self.events.collection_info(collection.collection_root(self.collections_path)))
             return self._finish(exitcodes.REFUSED)
         return self._run(env, extra_vars)
 

@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
 
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_events import (
-    MESSAGE_MAX_CHARS, REDACTED, is_secret_name, operator_identity, scrub, secret_values_from_mapping,
+    MESSAGE_MAX_CHARS, REDACTED, collection_info, is_secret_name, operator_identity, scrub, secret_values_from_mapping,
     sha256_of_extra_vars, sha256_of_paths, summarise_result,
 )
 
@@ -89,3 +91,22 @@ def test_extra_vars_digest_reads_at_files_as_bytes(tmp_path):
     digest = sha256_of_extra_vars(["@" + str(varfile), "b=2"])
     assert digest == hashlib.sha256(b"a: 1\n\0b=2\0").hexdigest()
     assert sha256_of_extra_vars(()) is None
+
+
+def test_collection_info_reads_the_manifest_of_an_installed_build(tmp_path):
+    (tmp_path / "MANIFEST.json").write_text('{"collection_info": {"version": "1.2.3"}}')
+    assert collection_info(str(tmp_path)) == {"name": "gpuops.nvidia", "version": "1.2.3", "git_commit": None}
+
+
+def test_collection_info_reads_galaxy_yml_and_the_commit_of_a_checkout(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    (tmp_path / "galaxy.yml").write_text("namespace: gpuops\nversion: '0.9.0'\n")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for argv in (["init", "-q"], ["add", "galaxy.yml"], ["commit", "-q", "-m", "x"]):
+        subprocess.run(git + argv, check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert collection_info(str(tmp_path)) == {"name": "gpuops.nvidia", "version": "0.9.0", "git_commit": head}
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "galaxy.yml").write_text("version: 0.1.0\n")
+    assert collection_info(str(tmp_path / "sub"))["git_commit"] is None  # inside another repository
