@@ -103,6 +103,17 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_events import
     sha256_of_extra_vars, sha256_of_paths, summarise_result,
 )
 
+try:  # ansible-core 2.19+: EncryptedString or a value tagged VaultedValue
+    from ansible.parsing.vault import VaultHelper
+
+    def is_vaulted(value):
+        return VaultHelper.get_ciphertext(value, with_tags=False) is not None
+except ImportError:  # ansible-core 2.16 - 2.18
+    from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode
+
+    def is_vaulted(value):
+        return isinstance(value, AnsibleVaultEncryptedUnicode)
+
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -174,6 +185,8 @@ class CallbackModule(CallbackBase):
         self._secrets = set()
         self._run_start_written = False
         self._playbook = None
+        self._play = None
+        self._host_secrets = {}
 
     def set_options(self, task_keys=None, var_options=None, direct=None):
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
@@ -229,6 +242,8 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_play_start(self, play):
         if not self._run_start_written:
             self._write_run_start(play)
+        self._play = play
+        self._host_secrets = {}
         self._play_name = play.get_name()
         play_id = play._uuid
         self._batches[play_id] = self._batches.get(play_id, 0) + 1
@@ -256,7 +271,11 @@ class CallbackModule(CallbackBase):
         }
         if task_vars.get(STEP_VAR):
             fields["step"] = str(task_vars[STEP_VAR])
-        fields.update(summarise_result(kind, data, self._secrets, ignore_errors))
+        secrets = self._secrets
+        if kind in ("failed", "unreachable") and data.get("msg") and not data.get("censored"):
+            host_secrets = self._secrets_of(host, task)
+            secrets = None if host_secrets is None else secrets | host_secrets
+        fields.update(summarise_result(kind, data, secrets, ignore_errors))
         gate = task_vars.get(GATE_VAR)
         if gate:
             fields["gate"] = str(gate)
@@ -264,6 +283,23 @@ class CallbackModule(CallbackBase):
             self._write("gate", **fields)
         else:
             self._write("task", **fields)
+
+    def _secrets_of(self, host, task):
+        """Values of the host's secret-named and vaulted variables (read only when a failure message is kept)."""
+        name = host.get_name()
+        if name not in self._host_secrets:
+            found = set()
+            variable_manager = self._play.get_variable_manager() if self._play is not None else None
+            if variable_manager is not None:
+                try:
+                    found = secret_values_from_mapping(
+                        variable_manager.get_vars(play=self._play, host=host, task=task), is_vaulted)
+                except Exception as error:  # pylint: disable=broad-exception-caught
+                    self._display.warning("gpuops.nvidia.audit: cannot read the variables of %s to scrub a "
+                                          "failure message (%s): the message is not recorded" % (name, error))
+                    found = None
+            self._host_secrets[name] = found
+        return self._host_secrets[name]
 
     def v2_runner_on_ok(self, result):
         self._task_record("ok", result)

@@ -38,14 +38,21 @@ def is_secret_name(name):
     return bool(SECRET_NAME.search(str(name)))
 
 
-def secret_values_from_mapping(mapping):
-    """The values (as text) of the entries of ``mapping`` whose names look secret, long enough to scrub safely."""
+def secret_values_from_mapping(mapping, is_vaulted=None):
+    """The values (as text) of the entries of ``mapping`` whose names look secret or (with ``is_vaulted``) that
+    are vault-encrypted, long enough to scrub safely. Only scalar values: containers are never expanded."""
     values = set()
     for name, value in (mapping or {}).items():
-        if is_secret_name(name) and value is not None and not isinstance(value, (dict, list, bool)):
+        vaulted = is_vaulted is not None and is_vaulted(value)
+        if not vaulted and not (is_secret_name(name) and isinstance(value, (str, int, float))
+                                and not isinstance(value, bool)):
+            continue
+        try:
             text = str(value)
-            if len(text) >= SECRET_MIN_CHARS:
-                values.add(text)
+        except Exception:  # pylint: disable=broad-exception-caught  # a vaulted value we cannot decrypt
+            continue
+        if len(text) >= SECRET_MIN_CHARS:
+            values.add(text)
     return values
 
 
@@ -72,7 +79,8 @@ def result_status(kind, result):
 
 
 def summarise_result(kind, result, secrets, ignore_errors=False):
-    """A task result reduced to what an auditor needs; never its data (facts, stdout, diffs, module args)."""
+    """A task result reduced to what an auditor needs; never its data (facts, stdout, diffs, module args).
+    ``secrets``: the values to scrub from a failure message; None when they could not be known (no message)."""
     status = result_status(kind, result)
     summary = {"status": status, "changed": bool(result.get("changed")), "failed": status == "failed",
                "skipped": status == "skipped", "unreachable": status == "unreachable"}
@@ -83,6 +91,8 @@ def summarise_result(kind, result, secrets, ignore_errors=False):
     if status in ("failed", "unreachable"):
         if result.get("censored") or result.get("_ansible_no_log"):
             summary["msg"] = "censored (no_log)"
+        elif result.get("msg") and secrets is None:
+            summary["msg"] = "not recorded (the secrets to scrub from it are unknown)"
         elif result.get("msg"):
             summary["msg"] = short_message(result["msg"], secrets)
     if isinstance(result.get("results"), list):

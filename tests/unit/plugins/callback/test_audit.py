@@ -22,6 +22,8 @@ COLLECTIONS_PATH = os.path.abspath(os.path.join(os.path.dirname(__file__), *["..
 SECRET_ENV = "tok-env-0123456789"
 SECRET_EXTRA = "pw-extra-0123456789"
 NO_LOG_VALUE = "nolog-0123456789"
+VAULTED_VALUE = "vaulted-0123456789"
+HOST_PASSWORD = "bmc-0123456789"
 PLAYBOOK = """
 - name: Roll two hosts one by one
   hosts: nodes
@@ -41,6 +43,10 @@ PLAYBOOK = """
       ansible.builtin.fail:
         msg: "ignored failure with {{ lookup('ansible.builtin.env', 'MY_API_TOKEN') }} and {{ db_password }}"
       ignore_errors: true
+    - name: Fail with host secrets in the message
+      ansible.builtin.fail:
+        msg: "signing with {{ signing_blob }} as {{ bmc_admin_password }}"
+      ignore_errors: true
     - name: Check the node is healthy
       ansible.builtin.assert:
         that: inventory_hostname != 'node-b'
@@ -58,12 +64,21 @@ def trail(tmp_path_factory):
     (work / "play.yml").write_text(PLAYBOOK)
     (work / "hosts.ini").write_text("[nodes]\nnode-a\nnode-b\n[nodes:vars]\nansible_connection=local\n"
                                     "ansible_python_interpreter=%s\n" % sys.executable)
+    # host secrets: a vault-encrypted variable with an ordinary name, a plain one with a secret-looking name
+    (work / "vault-pass").write_text("unit-vault-password")
+    encrypted = subprocess.run(["ansible-vault", "encrypt_string", "--vault-password-file", str(work / "vault-pass"),
+                                "--name", "signing_blob", VAULTED_VALUE], capture_output=True, text=True, check=True,
+                               env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep
+                                        + os.environ["PATH"])).stdout
+    (work / "group_vars").mkdir()
+    (work / "group_vars" / "nodes.yml").write_text("---\nbmc_admin_password: %s\n%s" % (HOST_PASSWORD, encrypted))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_PATH, ANSIBLE_CALLBACKS_ENABLED="gpuops.nvidia.audit",
                GPUOPS_AUDIT_LOG=str(work / "audit.jsonl"), GPUOPS_AUDIT_HMAC_KEY="unit-key", GPUOPS_RUN_ID="run-1",
                MY_API_TOKEN=SECRET_ENV, SUDO_USER="alice", ANSIBLE_NOCOLOR="1",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     done = subprocess.run(["ansible-playbook", "-i", str(work / "hosts.ini"), str(work / "play.yml"), "--check",
-                           "-e", "gpuops_ticket=CHG-9", "-e", "db_password=" + SECRET_EXTRA],
+                           "-e", "gpuops_ticket=CHG-9", "-e", "db_password=" + SECRET_EXTRA,
+                           "--vault-password-file", str(work / "vault-pass")],
                           capture_output=True, text=True, env=env, timeout=240, cwd=str(work), check=False)
     assert os.path.exists(work / "audit.jsonl"), done.stdout + done.stderr
     with open(work / "audit.jsonl") as stream:
@@ -108,13 +123,15 @@ def test_gates_pass_and_fail_per_host(trail):
 def test_run_end_has_the_stats_of_every_host(trail):
     end = of(trail, "run_end")[0]
     assert end["status"] == "failed" and end["hosts"]["node-b"]["failures"] == 1
-    assert end["hosts"]["node-a"]["ignored"] == 1
+    assert end["hosts"]["node-a"]["ignored"] == 2
 
 
 def test_no_secret_value_is_written(trail):
     failure = next(task for task in of(trail, "task") if task["task"] == "Fail but go on")
     assert failure["msg"] == "ignored failure with ******** and ********"
-    for value in (SECRET_ENV, SECRET_EXTRA, NO_LOG_VALUE, "unit-key"):
+    host_failure = next(task for task in of(trail, "task") if task["task"] == "Fail with host secrets in the message")
+    assert host_failure["msg"] == "signing with ******** as ********"
+    for value in (SECRET_ENV, SECRET_EXTRA, NO_LOG_VALUE, "unit-key", VAULTED_VALUE, HOST_PASSWORD):
         assert value not in trail["text"]
 
 

@@ -39,6 +39,26 @@ def test_scrub_replaces_the_longest_secret_first():
     assert scrub("pw=hunter22 and hunter2", {"hunter2", "hunter22"}) == "pw=%s and %s" % (REDACTED, REDACTED)
 
 
+def test_vaulted_values_count_as_secrets_whatever_their_name():
+    class Vaulted:
+        def __str__(self):
+            return "decrypted-blob"
+
+    class Undecryptable:
+        def __str__(self):
+            raise ValueError("no vault secret")
+
+    mapping = {"signing_blob": Vaulted(), "other": Undecryptable(), "plain": "visible-value",
+               "hostvars": {"h": {"x_password": "nested-secret"}}, "enabled_token": True}
+    found = secret_values_from_mapping(mapping, lambda value: isinstance(value, (Vaulted, Undecryptable)))
+    assert found == {"decrypted-blob"}
+
+
+def test_failure_message_is_dropped_when_the_secrets_are_unknown():
+    assert summarise_result("failed", {"msg": "anything"}, None)["msg"] == (
+        "not recorded (the secrets to scrub from it are unknown)")
+
+
 def test_ok_result_keeps_flags_and_rc_but_never_its_data():
     result = {"changed": True, "rc": 0, "stdout": "top secret output", "ansible_facts": {"x": 1}, "msg": "done",
               "diff": {"before": "a", "after": "b"}}
