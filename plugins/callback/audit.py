@@ -21,8 +21,8 @@ description:
     first bad line.
   - "Nothing secret is written: results of C(no_log) tasks are censored; results are summarised (status, changed,
     rc, and for failures a message cut to 300 characters) and never dumped; of variables only names are recorded,
-    and failure messages are scrubbed of the values of environment and extra variables whose names look secret
-    (password, token, key, secret, ...)."
+    and failure messages are scrubbed of the values of environment, extra and host variables whose names look
+    secret (password, token, key, secret, ...) and of the host's vault-encrypted values."
   - A task variable C(gpuops_audit_step) (for example V(drain), V(install), V(reboot), V(verify), V(soak)) names the
     timeline lane of the task in the run report.
   - Enable it with C(callbacks_enabled = gpuops.nvidia.audit) in C(ansible.cfg) or
