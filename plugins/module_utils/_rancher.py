@@ -24,15 +24,16 @@ _UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/
 _SERVICES = {"k3s": ("k3s-agent", "k3s"), "rke2": ("rke2-agent", "rke2-server")}
 
 
-def layout(flavor, data_dir=None):
-    """The paths of one flavor (data_dir: k3s/RKE2 --data-dir, default /var/lib/rancher/<flavor>)."""
+def layout(flavor, data_dir=None, config_dir=None):
+    """The paths of one flavor (data_dir: their --data-dir, default /var/lib/rancher/<flavor>; config_dir: the
+    directory of their config.yaml, default /etc/rancher/<flavor>)."""
     containerd_dir = posixpath.join(data_dir or "/var/lib/rancher/" + flavor, "agent", "etc", "containerd")
     return {
         "generated_config": posixpath.join(containerd_dir, "config.toml"),
         # Newest schema first: k3s reads config-v3.toml.tmpl before config.toml.tmpl, and so its drop-in dirs.
         "drop_in_dirs": [posixpath.join(containerd_dir, "config-v3.toml.d"),
                          posixpath.join(containerd_dir, "config.toml.d")],
-        "flags_file": posixpath.join("/etc/rancher", flavor, "config.yaml.d", FLAGS_NAME),
+        "flags_file": posixpath.join(config_dir or "/etc/rancher/" + flavor, "config.yaml.d", FLAGS_NAME),
     }
 
 

@@ -104,6 +104,15 @@ options:
         embed theirs) the validation is skipped and RV(validated) is false.
     type: bool
     default: true
+  rancher_data_dir:
+    description:
+      - The data directory of k3s or RKE2 (their C(--data-dir)); default C(/var/lib/rancher/k3s) or
+        C(/var/lib/rancher/rke2). Needs O(flavor=k3s) or O(flavor=rke2).
+    type: path
+  rancher_config_dir:
+    description:
+      - The directory of k3s's or RKE2's C(config.yaml); default C(/etc/rancher/k3s) or C(/etc/rancher/rke2).
+    type: path
   restart_marker:
     description:
       - The file whose presence records that a changed config still waits for a restart of RV(service).
@@ -357,7 +366,7 @@ def _render(module, main, config_version, containerd_version, runtimes, result):
 
 def _configure_rancher(module, result, flavor, runtimes, containerd):
     params = module.params
-    layout = _rancher.layout(flavor)
+    layout = _rancher.layout(flavor, params["rancher_data_dir"], params["rancher_config_dir"])
     config_path = layout["generated_config"]
     generated = _parse(module, config_path, _read(module, config_path))
     version = containerd.version() if containerd.binary else None
@@ -411,6 +420,8 @@ def _flavor(module):
     flavor = module.params["flavor"]
     if flavor != "auto":
         return flavor
+    if module.params["rancher_data_dir"]:
+        module.fail_json(msg="rancher_data_dir needs flavor k3s or rke2: the data dir does not say which")
     for candidate in ("rke2", "k3s"):
         if os.path.exists(_rancher.layout(candidate)["generated_config"]):
             return candidate
@@ -431,6 +442,8 @@ def main():
             "cdi_spec_dirs": {"type": "list", "elements": "path", "default": []},
             "containerd": {"type": "str", "default": "containerd"},
             "validate": {"type": "bool", "default": True},
+            "rancher_data_dir": {"type": "path"},
+            "rancher_config_dir": {"type": "path"},
             "restart_marker": {"type": "path", "default": "/var/lib/gpuops/containerd-restart-pending"},
         },
         supports_check_mode=True,

@@ -156,3 +156,53 @@ def test_drop_in_beside_the_main_config_is_refused(capsys, paths):
     paths["drop_in_path"] = os.path.join(os.path.dirname(paths["config_path"]), "99-nvidia.toml")
     rc, result = run_module(capsys, containerd="/bin/true", **paths)
     assert rc == 1 and "own directory" in result["msg"]
+
+
+def k3s_node(tmp_path, fixture_name):
+    """A k3s data dir and config dir under tmp_path with the generated containerd config of fixture_name."""
+    data_dir, config_dir = tmp_path / "var-lib-rancher-k3s", tmp_path / "etc-rancher-k3s"
+    generated = data_dir / "agent" / "etc" / "containerd" / "config.toml"
+    generated.parent.mkdir(parents=True)
+    with open(os.path.join(FIXTURES, fixture_name)) as handle:
+        generated.write_text(handle.read().replace("/var/lib/rancher/k3s", str(data_dir)))
+    return {"flavor": "k3s", "rancher_data_dir": str(data_dir), "rancher_config_dir": str(config_dir),
+            "restart_marker": str(tmp_path / "state" / "restart-pending")}, generated
+
+
+@needs_containerd
+def test_k3s_that_imports_config_toml_d_gets_the_drop_in_there_and_its_config_stays(capsys, tmp_path):
+    args, generated = k3s_node(tmp_path, "k3s-imports_generated_config_CONSTRUCTED.toml")
+    before = generated.read_text()
+    rc, result = run_module(capsys, **args)
+    assert rc == 0, result
+    drop_in = str(generated.parent / "config.toml.d" / "99-nvidia.toml")
+    assert result["drop_in_path"] == drop_in and result["files_changed"] == [drop_in]
+    assert result["validated"] and result["service"] == "k3s-agent"
+    assert generated.read_text() == before
+    cri = _toml.loads(open(drop_in).read())["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["cni"]["bin_dir"] == args["rancher_data_dir"] + "/data/current/bin"
+    assert cri["containerd"]["runtimes"]["nvidia"]["options"] == {
+        "SystemdCgroup": False, "BinaryName": "/usr/bin/nvidia-container-runtime"}
+    rc, again = run_module(capsys, **args)
+    assert not again["changed"]
+
+
+def test_k3s_without_imports_sets_default_runtime_through_config_yaml_d_only(capsys, tmp_path):
+    args, generated = k3s_node(tmp_path, "k3s-v1.27_generated_config_CONSTRUCTED.toml")
+    before = generated.read_text()
+    rc, result = run_module(capsys, set_as_default=True, containerd="/nonexistent/containerd", **args)
+    assert rc == 0, result
+    flags = os.path.join(args["rancher_config_dir"], "config.yaml.d", "99-gpuops-nvidia.yaml")
+    assert result["flags_path"] == flags and result["drop_in_path"] is None and result["files_changed"] == [flags]
+    assert "default-runtime: nvidia\n" in open(flags).read()
+    assert generated.read_text() == before and not result["validated"]
+    # Asking no longer for the default removes the file this module wrote.
+    rc, result = run_module(capsys, set_as_default=False, containerd="/nonexistent/containerd", **args)
+    assert result["changed"] and not os.path.exists(flags)
+
+
+def test_auto_flavor_with_a_data_dir_is_refused(capsys, tmp_path):
+    args, _generated = k3s_node(tmp_path, "k3s-v1.27_generated_config_CONSTRUCTED.toml")
+    args["flavor"] = "auto"
+    rc, result = run_module(capsys, check_mode=True, **args)
+    assert rc == 1 and "needs flavor k3s or rke2" in result["msg"]
