@@ -15,6 +15,7 @@ indented two spaces per level, arrays on one line.
 
 from __future__ import annotations
 
+import math
 import re
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -376,7 +377,7 @@ def format_value(value):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             return "nan"
         if value in (float("inf"), float("-inf")):
             return "inf" if value > 0 else "-inf"

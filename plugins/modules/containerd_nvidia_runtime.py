@@ -11,7 +11,7 @@ short_description: Configure containerd for the NVIDIA container runtime and CDI
 version_added: 0.1.0
 description:
   - Writes the containerd drop-in C(/etc/containerd/conf.d/99-nvidia.toml) that C(nvidia-ctk runtime configure)
-    would write (byte for byte, in the schema of the detected containerd: config version 2 with plugin
+    would write (byte for byte, in the schema of the detected containerd, config version 2 with plugin
     C(io.containerd.grpc.v1.cri) for containerd 1.6/1.7, version 3 with C(io.containerd.cri.v1.runtime) for
     2.x), and adds the drop-in's directory to the C(imports) of the main config.
   - The main config is never rewritten. Only its root C(imports) array is extended (or an C(imports) line
@@ -119,7 +119,7 @@ options:
     type: path
     default: /var/lib/gpuops/containerd-restart-pending
 notes:
-  - A main config without C(version) (version 1) is refused: it cannot import a drop-in. Migrate it first.
+  - A main config without C(version) (version 1) is refused, as it cannot import a drop-in. Migrate it first.
   - The copied CRI table freezes the main config's CRI settings into the drop-in; after editing the main config's
     CRI table, run this module again.
 seealso:

@@ -64,7 +64,7 @@ def test_main_config_gets_the_import_nvidia_ctk_added(case, input_suffix, contai
 
 def test_second_render_changes_nothing():
     text = fixture("nvidia-ctk-installer_v2_cdi-enabled__1_input_config.toml")
-    once, _ = cc.add_import(text, 2, DROP_IN)
+    once = cc.add_import(text, 2, DROP_IN)[0]
     twice, changed = cc.add_import(once, 2, DROP_IN)
     assert (twice, changed) == (once, False)
 
@@ -159,7 +159,7 @@ def test_import_goes_before_the_first_key_after_leading_comments():
 
 def test_a_config_with_only_tables_gets_the_import_at_the_top():
     text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"'
-    new_text, _ = cc.add_import(text, 2, DROP_IN)
+    new_text = cc.add_import(text, 2, DROP_IN)[0]
     assert _toml.loads(new_text)["imports"] == ["/etc/containerd/conf.d/*.toml"]
 
 
