@@ -54,6 +54,7 @@ def run_role(lab, tmp_path, hosts, role, role_vars, name="play", check=True):
                 dest: "{out_dir}/{{{{ inventory_hostname }}}}.json"
                 mode: "0644"
               delegate_to: localhost
+              changed_when: false
         """).format(hosts=hosts, role=role, role_vars=json.dumps(role_vars), record=record.replace('"', '\\"'),
                     out_dir=out_dir))
     env = {"ANSIBLE_COLLECTIONS_PATH": collections_path()}
@@ -185,12 +186,16 @@ def test_device_plugin_daemonset_is_created_on_the_api_twin_and_time_slicing_fol
     done, _facts = run_role(fleet, tmp_path, "localhost", "device_plugin", role_vars, name="plugin-again")
     assert recap(done, "localhost")["changed"] == 0
 
-    sliced = dict(role_vars, device_plugin_time_slicing_enabled=True, device_plugin_time_slicing_nodes=["gpu-node-01"])
+    # The twin's GPU Feature Discovery drops every nvidia.com/ node label it did not set itself (real GFD keeps
+    # others, e.g. the default nvidia.com/device-plugin.config), so this test selects with a label of its own.
+    sliced = dict(role_vars, device_plugin_time_slicing_enabled=True, device_plugin_time_slicing_nodes=["gpu-node-01"],
+                  device_plugin_time_slicing_label_key="gpuops.test/device-plugin.config")
     run_role(fleet, tmp_path, "localhost", "device_plugin", sliced, name="sliced")
     config_map = core.read_namespaced_config_map("nvidia-device-plugin-daemonset-time-slicing", "kube-system")
     assert "replicas: 4" in config_map.data["config.yaml"]
-    assert core.read_node("gpu-node-01").metadata.labels["nvidia.com/device-plugin.config"] == "time-slicing"
-    apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset-time-slicing", "kube-system")
+    assert core.read_node("gpu-node-01").metadata.labels["gpuops.test/device-plugin.config"] == "time-slicing"
+    sliced_daemonset = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset-time-slicing", "kube-system")
+    assert sliced_daemonset.spec.template.spec.node_selector == {"gpuops.test/device-plugin.config": "time-slicing"}
 
     run_role(fleet, tmp_path, "localhost", "device_plugin", role_vars, name="unsliced")
     with pytest.raises(ApiException) as gone:
