@@ -84,7 +84,7 @@ def test_containerd_is_configured_validated_restarted_and_a_rerun_changes_nothin
     assert recap(done, node)["failed"] == 0
     assert report["flavor"] == "containerd" and report["containerd_version"].startswith("1.6.")
     assert sorted(report["files_changed"]) == ["/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/config.toml"]
-    assert report["restarted"] and facts[node]["pending"] is False
+    assert report["restarted"] and report["validated"] and facts[node]["pending"] is False
     assert report["cdi_enabled"] is False, "containerd 1.6 has no CDI: the role says so instead of writing keys"
 
     # The user's config only gained the import line; the real containerd reads the drop-in.
@@ -139,11 +139,13 @@ def test_k3s_generated_config_is_left_alone_and_its_agent_restarted(fleet, tmp_p
                     " && systemctl start k3s-agent")
     agent_pid = fleet.ssh(node, "systemctl show -p MainPID --value k3s-agent").stdout.strip()
     digest = hashlib.sha256(generated.encode()).hexdigest()
+    # The node's containerd stands in for the one k3s embeds (validation then runs, as on a real k3s node).
     role_vars = {"container_runtime_toolkit_install": False, "container_runtime_cdi_spec_manage": False,
-                 "container_runtime_restart_allowed": True}
+                 "container_runtime_restart_allowed": True, "container_runtime_containerd": "/usr/bin/containerd"}
     done, facts = run_role(fleet, tmp_path, node, "container_runtime", role_vars, name="k3s")
     report = facts[node]["report"]
     assert report["flavor"] == "k3s" and report["service"] == "k3s-agent" and report["restarted"]
+    assert report["validated"]
     assert report["files_changed"] == [K3S_DIR + "/config.toml.d/99-nvidia.toml"]
     assert fleet.ssh(node, "sha256sum %s/config.toml" % K3S_DIR).stdout.split()[0] == digest
     dump = config_dump(fleet, node, K3S_DIR + "/config.toml")

@@ -27,8 +27,12 @@ _SERVICES = {"k3s": ("k3s-agent", "k3s"), "rke2": ("rke2-agent", "rke2-server")}
 def layout(flavor, data_dir=None, config_dir=None):
     """The paths of one flavor (data_dir: their --data-dir, default /var/lib/rancher/<flavor>; config_dir: the
     directory of their config.yaml, default /etc/rancher/<flavor>)."""
-    containerd_dir = posixpath.join(data_dir or "/var/lib/rancher/" + flavor, "agent", "etc", "containerd")
+    data_dir = data_dir or "/var/lib/rancher/" + flavor
+    containerd_dir = posixpath.join(data_dir, "agent", "etc", "containerd")
     return {
+        # k3s unpacks its binaries to data/current/bin, RKE2 links the runtime image's to bin.
+        "containerd_binaries": [posixpath.join(data_dir, "data", "current", "bin", "containerd"),
+                                posixpath.join(data_dir, "bin", "containerd")],
         "generated_config": posixpath.join(containerd_dir, "config.toml"),
         # Newest schema first: k3s reads config-v3.toml.tmpl before config.toml.tmpl, and so its drop-in dirs.
         "drop_in_dirs": [posixpath.join(containerd_dir, "config-v3.toml.d"),

@@ -96,6 +96,9 @@ options:
     description:
       - The containerd program (name on E(PATH) or absolute path), run as C(containerd --version) and
         C(containerd --config FILE config dump).
+      - On k3s and RKE2 a name is not looked up on E(PATH); their embedded binary is used
+        (C(<data dir>/data/current/bin/containerd), C(<data dir>/bin/containerd)), and without it the validation is
+        skipped.
     type: str
     default: containerd
   validate:
@@ -249,12 +252,18 @@ def _parse(module, path, text):
 class _Containerd:
     """The containerd binary: version and config dump, or None when absent."""
 
-    def __init__(self, module):
+    def __init__(self, module, embedded=()):
+        """embedded: the binaries k3s/RKE2 ship, used unless an absolute path is given, never one on PATH (the
+        distribution's containerd may be another release than theirs and would misjudge their config)."""
         self.module = module
         program = module.params["containerd"]
-        self.binary = program if os.path.isabs(program) else module.get_bin_path(program)
-        if self.binary and not os.access(self.binary, os.X_OK):
-            self.binary = None
+        if os.path.isabs(program):
+            candidates = [program]
+        elif embedded:
+            candidates = list(embedded)
+        else:
+            candidates = [module.get_bin_path(program)]
+        self.binary = next((path for path in candidates if path and os.access(path, os.X_OK)), None)
 
     def version(self):
         rc, stdout, stderr = self.module.run_command([self.binary, "--version"], check_rc=False)
@@ -449,8 +458,10 @@ def main():
         supports_check_mode=True,
     )
     runtimes = _runtimes(module)
-    containerd = _Containerd(module)
     flavor = _flavor(module)
+    embedded = () if flavor == "containerd" else _rancher.layout(flavor, module.params["rancher_data_dir"])[
+        "containerd_binaries"]
+    containerd = _Containerd(module, embedded)
     result = {"changed": False, "flavor": flavor, "drop_in_path": None, "flags_path": None, "files_changed": [],
               "cdi_enabled": False, "validated": False}
     if flavor == "containerd":

@@ -13,6 +13,7 @@ def test_default_layout_of_k3s_and_rke2():
     k3s = _rancher.layout("k3s")
     assert k3s["generated_config"] == "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
     assert k3s["flags_file"] == "/etc/rancher/k3s/config.yaml.d/99-gpuops-nvidia.yaml"
+    assert k3s["containerd_binaries"][0] == "/var/lib/rancher/k3s/data/current/bin/containerd"
     assert _rancher.layout("rke2")["drop_in_dirs"] == ["/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d",
                                                        "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.d"]
 

@@ -173,6 +173,10 @@ def k3s_node(tmp_path, fixture_name):
 def test_k3s_that_imports_config_toml_d_gets_the_drop_in_there_and_its_config_stays(capsys, tmp_path):
     args, generated = k3s_node(tmp_path, "k3s-imports_generated_config_CONSTRUCTED.toml")
     before = generated.read_text()
+    # k3s's embedded containerd is where k3s unpacks it; this machine's real containerd stands in for it.
+    embedded = os.path.join(args["rancher_data_dir"], "data", "current", "bin", "containerd")
+    os.makedirs(os.path.dirname(embedded))
+    os.symlink(CONTAINERD, embedded)
     rc, result = run_module(capsys, **args)
     assert rc == 0, result
     drop_in = str(generated.parent / "config.toml.d" / "99-nvidia.toml")
@@ -185,6 +189,12 @@ def test_k3s_that_imports_config_toml_d_gets_the_drop_in_there_and_its_config_st
         "SystemdCgroup": False, "BinaryName": "/usr/bin/nvidia-container-runtime"}
     rc, again = run_module(capsys, **args)
     assert not again["changed"]
+
+
+def test_k3s_without_its_embedded_containerd_is_not_validated_by_the_distributions_one(capsys, tmp_path):
+    args, _generated = k3s_node(tmp_path, "k3s-imports_generated_config_CONSTRUCTED.toml")
+    rc, result = run_module(capsys, **args)
+    assert rc == 0 and result["changed"] and not result["validated"] and result["containerd_version"] is None
 
 
 def test_k3s_without_imports_sets_default_runtime_through_config_yaml_d_only(capsys, tmp_path):
