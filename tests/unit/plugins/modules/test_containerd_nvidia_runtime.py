@@ -12,11 +12,9 @@ import shutil
 
 import pytest
 
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _toml
 from ansible_collections.gpuops.nvidia.plugins.modules import containerd_nvidia_runtime
+from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import isolate_warnings, patch_module_args
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "containerd")
 CONTAINERD = shutil.which("containerd")
@@ -25,7 +23,7 @@ needs_containerd = pytest.mark.skipif(CONTAINERD is None, reason="needs the cont
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
+    isolate_warnings(monkeypatch)
 
 
 def run_module(capsys, check_mode=False, diff=False, **args):
