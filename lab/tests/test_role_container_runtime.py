@@ -33,7 +33,7 @@ def fleet(tmp_path_factory):
         stop_lab(lab)
 
 
-def run_role(lab, tmp_path, hosts, role, role_vars, name="play", check=True):
+def run_role(lab, tmp_path, hosts, role, role_vars, name="play", check=True, check_mode=False):
     """Run one role in a playbook; returns (ansible-playbook result, {host: facts the play recorded})."""
     out_dir = tmp_path / ("out-" + name)
     out_dir.mkdir(exist_ok=True)
@@ -44,6 +44,7 @@ def run_role(lab, tmp_path, hosts, role, role_vars, name="play", check=True):
     playbook.write_text(textwrap.dedent("""\
         - hosts: {hosts}
           gather_facts: false
+          check_mode: {check_mode}
           roles:
             - role: gpuops.nvidia.{role}
               vars: {role_vars}
@@ -55,8 +56,9 @@ def run_role(lab, tmp_path, hosts, role, role_vars, name="play", check=True):
                 mode: "0644"
               delegate_to: localhost
               changed_when: false
+              check_mode: false
         """).format(hosts=hosts, role=role, role_vars=json.dumps(role_vars), record=record.replace('"', '\\"'),
-                    out_dir=out_dir))
+                    out_dir=out_dir, check_mode=json.dumps(check_mode)))
     env = {"ANSIBLE_COLLECTIONS_PATH": collections_path()}
     done = lab.playbook(str(playbook), check=check, env=env)
     facts = {path[:-5]: json.loads((out_dir / path).read_text()) for path in os.listdir(out_dir)}
@@ -113,6 +115,12 @@ def test_without_permission_to_restart_the_restart_stays_pending_across_runs(fle
     fleet.ssh(node, "rm -rf /var/lib/rancher /etc/containerd/conf.d /var/lib/gpuops")
     role_vars = {"container_runtime_toolkit_install": False, "container_runtime_cdi_spec_manage": False,
                  "container_runtime_set_as_default": True}
+    config_before = fleet.ssh(node, "sha256sum /etc/containerd/config.toml").stdout
+    done, facts = run_role(fleet, tmp_path, node, "container_runtime", role_vars, name="dry", check_mode=True)
+    assert facts[node]["report"]["files_changed"] and recap(done, node)["changed"] >= 1
+    assert fleet.ssh(node, "sha256sum /etc/containerd/config.toml").stdout == config_before, "check mode wrote"
+    assert fleet.ssh(node, "ls /etc/containerd/conf.d /var/lib/gpuops", check=False).returncode != 0
+
     done, facts = run_role(fleet, tmp_path, node, "container_runtime", role_vars, name="pending")
     assert facts[node]["pending"] is True and not facts[node]["report"]["restarted"]
     assert fleet.ssh(node, "systemctl is-active containerd", check=False).stdout.strip() != "active"
