@@ -100,3 +100,17 @@ def test_pod_status_keeps_container_fields_without_omitempty(twin):
     assert pod["status"]["containerStatuses"] == [{
         "name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "", "started": False,
         "lastState": {}, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]
+
+
+def test_python_dynamic_client_sees_no_unschedulable_after_uncordon_by_patch(twin):
+    """What kubernetes.core's k8s_drain does (``state: uncordon``) and what a client that tests for absence reads."""
+    kubernetes = pytest.importorskip("kubernetes")
+    from kubernetes.dynamic import DynamicClient
+
+    api_client = kubernetes.config.new_client_from_config(config_file=twin.kubeconfig)
+    nodes = DynamicClient(api_client).resources.get(api_version="v1", kind="Node")
+    nodes.patch(name="gpu-2", body={"spec": {"unschedulable": True}}, content_type="application/merge-patch+json")
+    nodes.patch(name="gpu-2", body={"spec": {"unschedulable": False}}, content_type="application/merge-patch+json")
+    node = nodes.get(name="gpu-2").to_dict()
+    assert "unschedulable" not in node["spec"] and "taints" not in node["spec"]
+    api_client.close()

@@ -165,13 +165,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve_non_resource(self, path: str) -> bool:
         path = path.rstrip("/") or "/"
-        served = self.api.store.served_resources()
+        served = self.api.store.served_resources   # built-in resources and the store's CRDs, asked when needed
         documents = {
             "/version": lambda: discovery.SERVER_VERSION,
             "/api": lambda: discovery.core_versions("%s:%d" % (self.api.host, self.api.port)),
-            "/apis": lambda: discovery.group_list(served),
-            "/api/v1": lambda: discovery.resource_list("", "v1", served),
-            "/openapi/v3": lambda: discovery.openapi_v3_index(served),
+            "/apis": lambda: discovery.group_list(served()),
+            "/api/v1": lambda: discovery.resource_list("", "v1", served()),
+            "/openapi/v3": lambda: discovery.openapi_v3_index(served()),
         }
         if path in documents:
             self._verb = "get"
@@ -185,22 +185,22 @@ class _Handler(BaseHTTPRequestHandler):
             if "protobuf" in accept:
                 self._send_bytes(200, discovery.openapi_v2_protobuf(), OPENAPI_V2_PROTOBUF)
             else:
-                self._send_json(200, discovery.openapi_v2(served))
+                self._send_json(200, discovery.openapi_v2(served()))
             return True
         parts = path.strip("/").split("/")
         if parts[:2] == ["openapi", "v3"]:
             group, version = ("", "v1") if parts[2:4] == ["api", "v1"] else (
                 (parts[3], parts[4]) if len(parts) == 5 and parts[2] == "apis" else (None, None))
-            document = discovery.openapi_v3_group(group, version, served) if group is not None else None
+            document = discovery.openapi_v3_group(group, version, served()) if group is not None else None
             if document is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, document)
             return True
         if parts[0] == "apis" and len(parts) in (2, 3):
             if len(parts) == 2:
-                document = discovery.api_group(parts[1], served)
+                document = discovery.api_group(parts[1], served())
             else:
-                document = discovery.resource_list(parts[1], parts[2], served)
+                document = discovery.resource_list(parts[1], parts[2], served())
             if document is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, document)
