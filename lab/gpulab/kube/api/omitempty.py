@@ -56,13 +56,18 @@ _KEPT_BY_NAME = frozenset({
     "driver", "generation", "resourceSliceCount",
     # CustomResourceDefinition
     "served", "storage", "storedVersions",
+    # other pointers of the kinds served (checked against k8s.io/api: every *int32/*int64/*bool/*string field)
+    "start", "storageClassName", "volumeAttributesClassName", "minDomains", "terminatingReplicas", "managedBy",
+    "failedIndexes", "succeededCount", "allocateLoadBalancerNodePorts", "loadBalancerClass", "trafficDistribution",
+    "appProtocol", "expirationSeconds", "userNamespaces", "hostProcess", "runAsUserName", "localhostProfile",
+    "recursiveReadOnlyMounts", "preferredHolder", "hostnameOverride", "mode",
 })
 
 # Fields kept when zero at one path only (their name is omitempty elsewhere). Paths skip list indices.
 _KEPT_AT: Dict[str, FrozenSet[str]] = {
     "deployments": frozenset({"spec.replicas"}),
     "replicasets": frozenset({"spec.replicas", "status.replicas"}),
-    "statefulsets": frozenset({"spec.replicas", "status.replicas", "status.availableReplicas"}),
+    "statefulsets": frozenset({"spec.replicas", "spec.serviceName", "status.replicas", "status.availableReplicas"}),
     "poddisruptionbudgets": frozenset({"status.conditions.reason", "status.conditions.message"}),
     "events": frozenset({"reportingComponent", "reportingInstance"}),
     "events.events.k8s.io": frozenset({"eventTime"}),
