@@ -120,15 +120,18 @@ def json_path_value(obj, path: str):
     return value
 
 
-def _cell(value, column_type: str, age):
+def _cell(value, column_type: str):
+    """A column value as the API server's table convertor gives it: ``date`` as an age, ``string`` as JSONPath
+    prints it (JSON for objects and lists, ``true``/``false``), other types as they are."""
     if value is None:
         return None
     if column_type == "date":
-        return age(value) if isinstance(value, str) else None
-    if column_type == "string":
-        return value if isinstance(value, str) else json.dumps(value) if isinstance(value, (dict, list)) \
-            else str(value).lower() if isinstance(value, bool) else str(value)
-    return value
+        return age_of(value) if isinstance(value, str) else None
+    if column_type != "string" or isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return json.dumps(value) if isinstance(value, bool) else str(value)
 
 
 def printer(columns: List[dict]):
@@ -139,6 +142,6 @@ def printer(columns: List[dict]):
                     for column in columns]
 
     def row(obj: dict) -> list:
-        return [obj["metadata"]["name"]] + [_cell(json_path_value(obj, column["jsonPath"]), column.get("type", "string"),
-                                                  age_of) for column in columns]
+        return [obj["metadata"]["name"]] + [_cell(json_path_value(obj, column["jsonPath"]), column.get("type", "string"))
+                                            for column in columns]
     return definitions, row
