@@ -45,8 +45,8 @@ def format_micro_time(epoch):
     """``metav1.MicroTime`` (what a Lease's ``acquireTime``/``renewTime`` hold): RFC 3339 with microseconds."""
     if epoch is None:
         return None
-    whole = int(epoch)
-    return '%s.%06dZ' % (_utc(whole), min(int((epoch - whole) * 1e6), 999999))
+    whole, micros = divmod(int(round(epoch * 1e6)), 1000000)
+    return '%s.%06dZ' % (_utc(whole), micros)
 
 
 def _utc(whole_seconds):

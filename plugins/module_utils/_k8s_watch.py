@@ -76,7 +76,7 @@ class ListWatch:
             except Exception as error:  # pylint: disable=broad-except
                 if self._stopped.is_set():
                     return
-                code, reason, _ = status_of(error)
+                code, reason = status_of(error)[:2]
                 if code == 410 or reason in ('Expired', 'Gone'):
                     self.relists_after_expiry += 1
                     resource_version = None

@@ -94,7 +94,7 @@ def dra_gpu_count(slices, node_name, driver=DRA_DRIVER):
             newest[name][1].append(spec)
     if not newest:
         return None
-    return sum(1 for _, specs in newest.values() for spec in specs for device in spec.get('devices') or []
+    return sum(1 for pool in newest.values() for spec in pool[1] for device in spec.get('devices') or []
                if _device_type(device) in (None, 'gpu'))
 
 

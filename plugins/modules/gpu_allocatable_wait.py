@@ -60,7 +60,7 @@ options:
   labels:
     description:
       - Node labels that must have these values, for example the driver version GPU Feature Discovery shows,
-        C({nvidia.com/cuda.driver-version.full: 615.71.09}).
+        label C(nvidia.com/cuda.driver-version.full) with value C(615.71.09).
     type: dict
     default: {}
   boot_id_changed_from:
@@ -363,8 +363,8 @@ def main():
     if result['satisfied'] or module.check_mode:
         module.exit_json(**result)
     if not states:
-        module.fail_json(msg='no list of %s arrived within %ss' % ('/'.join(w.key for w in watchers),
-                                                                  module.params['timeout']), **result)
+        keys = '/'.join(watcher.key for watcher in watchers)
+        module.fail_json(msg='no list of %s arrived within %ss' % (keys, module.params['timeout']), **result)
     waiting = sorted(name for name, state in states.items() if not state['satisfied'])
     module.fail_json(msg='timed out after %ss waiting for %d of %d node(s): %s' % (
         module.params['timeout'], len(waiting), len(states), summary(rows)), **result)

@@ -171,7 +171,7 @@ def run_id():
     """``run-PID.START`` of the nearest ansible-playbook/ansible ancestor process (its PID and start time in clock
     ticks, unique across PID reuse); ``run-PPID`` when none is found (no /proc, or not run by Ansible locally)."""
     pid = os.getppid()
-    for _ in range(16):
+    for dummy in range(16):
         try:
             with open('/proc/%d/cmdline' % pid, 'rb') as stream:
                 argv = stream.read().split(b'\0')
@@ -230,7 +230,7 @@ def main():
     coordination = k8s_client.CoordinationV1Api(api_client_from_module(module)) if k8s_client else None
     if coordination is None:
         api_client_from_module(module)
-    for _ in range(CONFLICT_RETRIES):
+    for dummy in range(CONFLICT_RETRIES):
         lease = read_lease(module, coordination, params['name'], params['namespace'])
         now = time.time()
         decision = decide(lease, request, now)
