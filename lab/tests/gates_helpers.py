@@ -68,6 +68,13 @@ def requests(state_dir: str, since: float, verb=None, path_part: str = "", user_
     return found
 
 
+def read_lease(lab, namespace: str, name: str) -> dict:
+    import kubernetes
+    response = kubernetes.client.CoordinationV1Api(kube_client(lab)).read_namespaced_lease(
+        name, namespace, _preload_content=False)
+    return json.loads(response.data)
+
+
 def watch_requests(state_dir: str, since: float, path_part: str = "/nodes") -> int:
     """Watch requests on paths containing `path_part` that ended since `since` (a watch is recorded when it
     closes)."""
