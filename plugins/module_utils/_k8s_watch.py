@@ -54,7 +54,8 @@ class ListWatch:
         self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self, join_s=1.0):
+        """Ends the watch (the reader thread returns within ``join_s``)."""
         self._stopped.set()
         response = self._response
         if response is not None:
@@ -63,6 +64,8 @@ class ListWatch:
                     getattr(response, close, lambda: None)()
                 except Exception:  # pylint: disable=broad-except
                     pass
+        if self._thread is not None:
+            self._thread.join(join_s)
 
     def _run(self, deadline):
         failures = 0

@@ -202,6 +202,7 @@ watches_opened:
 """
 
 import functools
+import gc
 import json
 import queue
 import time
@@ -362,6 +363,9 @@ def main():
     finally:
         for watcher in watchers:
             watcher.stop()
+    # Nothing is left to collect: skip the final cyclic collection of the kubernetes client's thousands of model
+    # classes, which delays the process exit (and so the task's return) by 1-3 s on a busy controller.
+    gc.freeze()
     rows = diagnosis(states)
     result.update(nodes=states, diagnosis=rows, satisfied=not rows and bool(states),
                   elapsed=round(time.time() - started, 3),
