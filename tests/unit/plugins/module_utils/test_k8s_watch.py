@@ -81,8 +81,8 @@ def test_closed_watch_is_resumed_from_the_last_version_and_410_relists():
     watcher = ListWatch("nodes", server, events).start(time.time() + 30)
     got = collect(events, 4)
     watcher.stop(join_s=0)
-    assert [(kind, payload if kind == "SYNC" else payload["metadata"]["resourceVersion"]) for _, kind, payload in got][
-        :2] == [("SYNC", [node("gpu-1", 10)]), ("MODIFIED", "11")]
+    assert [(kind, payload if kind == "SYNC" else payload["metadata"]["resourceVersion"])
+            for key, kind, payload in got][:2] == [("SYNC", [node("gpu-1", 10)]), ("MODIFIED", "11")]
     assert got[2][1] == "SYNC" and [one["metadata"]["name"] for one in got[2][2]] == ["gpu-1", "gpu-2"]
     assert got[3][1:] == ("DELETED", node("gpu-2", 251))
     watches = [call for call in server.calls if call.get("watch")]
