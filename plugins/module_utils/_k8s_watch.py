@@ -73,7 +73,7 @@ class ListWatch:
         while not self._stopped.is_set() and (time.time() < deadline or resource_version is None):
             try:
                 if resource_version is None:
-                    resource_version = self._list()
+                    resource_version = self.list_once()
                 resource_version = self._watch(resource_version, deadline)
                 failures = 0
             except Exception as error:  # pylint: disable=broad-except
@@ -90,7 +90,9 @@ class ListWatch:
                 time.sleep(RETRY_DELAYS_S[failures])
                 failures += 1
 
-    def _list(self):
+    def list_once(self):
+        """One list, delivered as a SYNC event (check mode judges on it without watching); returns its
+        resourceVersion."""
         response = self.list_call(_preload_content=False)
         self.lists += 1
         body = json.loads(response.data)

@@ -286,8 +286,9 @@ class Wait:
                                            dra_gpu_count(slices, name) if self.dra else None))
                     for name, tracker in self.trackers.items())
 
-    def next_due(self):
-        due = [tracker.due_at() for tracker in self.trackers.values() if tracker.due_at() is not None]
+    def next_due(self, now):
+        due = [tracker.due_at(now) for tracker in self.trackers.values()]
+        due = [when for when in due if when is not None]
         return min(due) if due else None
 
 
@@ -339,7 +340,7 @@ def main():
     for watcher in watchers:
         if module.check_mode:
             try:
-                watcher._list()  # pylint: disable=protected-access
+                watcher.list_once()
             except Exception as error:  # pylint: disable=broad-except
                 module.fail_json(msg=api_error_message(error, 'list %s' % watcher.key))
         else:
@@ -356,7 +357,7 @@ def main():
             if now >= deadline and (len(synced) == len(watchers) or now >= deadline + FIRST_LIST_GRACE_S):
                 break
             if len(synced) == len(watchers):
-                due = wait.next_due()
+                due = wait.next_due(now)
                 _apply_events(module, wait, events, synced, min(deadline, due or deadline) - now)
             else:
                 _apply_events(module, wait, events, synced, deadline + FIRST_LIST_GRACE_S - now)
