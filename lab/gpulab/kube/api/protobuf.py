@@ -19,9 +19,10 @@ import re
 import shutil
 import struct
 import threading
-import time
 import zlib
 from typing import Dict, Iterator, List, Optional, Tuple
+
+from .timefmt import rfc3339
 
 MAGIC = b"k8s\x00"
 
@@ -204,8 +205,8 @@ def default_schema() -> Schema:
 # ---------------------------------------------------------------- decoding
 
 def _rfc3339(seconds: int, nanos: int = 0, micro: bool = False) -> str:
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    return text + (".%06dZ" % (nanos // 1000) if micro else "Z")
+    text = rfc3339(seconds)
+    return text[:-1] + ".%06dZ" % (nanos // 1000) if micro else text
 
 
 def _special(type_name: str, fields: List[Tuple[int, int, object]], schema: Schema):

@@ -1,6 +1,7 @@
 """HTTPS front of the Kubernetes API twin: the REST paths kubectl and client-go use, over HTTP/1.1 + TLS,
 bearer-token auth, ``metav1.Status`` errors, chunked watch streams, server-side ``Table`` printing
-(what ``kubectl get`` asks for) and a record of every request.
+(what ``kubectl get`` asks for, printed by ``tables.py``) and a record of every request; paths and query
+parameters are read by ``routes.py``.
 
 ``ApiServer(store, host, port, ca_dir, token).start()``; ``.url``, ``.ca_pem``, ``.token``, ``.stop()``.
 """
@@ -14,88 +15,20 @@ import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional, Tuple
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Dict, List, Optional
+from urllib.parse import parse_qs, urlsplit
 
 from . import discovery, protobuf, tls
+from .tables import table_for
 from .eviction import pod_is_terminal
-from .store import (APPLY_PATCH, MERGE_PATCH, RESOURCES, ApiError, Store, apply_patch_document, check_patch_type,
-                    decode_patch)
+from .errors import ApiError
+from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
+from .routes import Route, dry_run_requested, int_param, is_true, parse_resource_path, query_value
+from .store import Store
 
 DEFAULT_WATCH_TIMEOUT_S = 1800
 OPENAPI_V2_PROTOBUF = "application/octet-stream"   # what kube-openapi answers for the protobuf form
 MAX_BODY_BYTES = 16 * 1024 * 1024
-
-_RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
-    (info["group"], info["version"], info["plural"]): key for key, info in RESOURCES.items()}
-
-
-class Route:
-    """What a request path names."""
-
-    def __init__(self, resource: str, namespace: Optional[str], name: Optional[str], subresource: Optional[str],
-                 watch_path: bool):
-        self.resource = resource
-        self.info = RESOURCES[resource]
-        self.namespace = namespace
-        self.name = name
-        self.subresource = subresource
-        self.watch_path = watch_path
-
-
-def parse_resource_path(path: str) -> Optional[Route]:
-    """``/api/v1/namespaces/ns/pods/x/log`` → Route(pods, ns, x, log); None for non-resource paths."""
-    parts = [unquote(part) for part in path.strip("/").split("/") if part]
-    if parts[:2] == ["api", "v1"]:
-        group, version, rest = "", "v1", parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis":
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        return None
-    watch_path = bool(rest) and rest[0] == "watch"
-    if watch_path:
-        rest = rest[1:]
-    if not rest:
-        return None
-    namespace = None
-    # /namespaces/<ns>/<resource>... scopes a resource; /namespaces/<ns>/status|finalize are the Namespace's own
-    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
-        namespace, rest = rest[1], rest[2:]
-    key = _RESOURCE_KEYS.get((group, version, rest[0]))
-    if key is None or len(rest) > 3:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    if namespace is not None and not RESOURCES[key]["namespaced"]:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    name = rest[1] if len(rest) > 1 else None
-    subresource = rest[2] if len(rest) > 2 else None
-    if subresource and subresource not in RESOURCES[key]["subresources"]:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    return Route(key, namespace, name, subresource, watch_path)
-
-
-def _first(query: Dict[str, List[str]], name: str, default: Optional[str] = None) -> Optional[str]:
-    values = query.get(name)
-    return values[0] if values else default
-
-
-def _is_true(value: Optional[str]) -> bool:
-    return value in ("true", "1", "True")
-
-
-def _dry_run(query: Dict[str, List[str]], options: Optional[dict] = None) -> bool:
-    """``dryRun=All`` in the query, or ``dryRun: [All]`` in the DeleteOptions body (kubectl sends the latter)."""
-    return _first(query, "dryRun") == "All" or "All" in ((options or {}).get("dryRun") or [])
-
-
-def _int_param(query: Dict[str, List[str]], name: str) -> Optional[int]:
-    value = _first(query, name)
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ApiError(400, "BadRequest", "invalid value for %s: %r" % (name, value))
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -281,7 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _collection(self, route: Route, query: Dict[str, List[str]]) -> None:
         store = self.api.store
         if self.command in ("GET", "HEAD"):
-            if route.watch_path or _is_true(_first(query, "watch")):
+            if route.watch_path or is_true(query_value(query, "watch")):
                 self._verb = "watch"
                 self._watch(route, query)
             else:
@@ -289,15 +222,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self._list(route, query)
         elif self.command == "POST":
             self._verb = "create"
-            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=_dry_run(query))
+            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=dry_run_requested(query))
             self._send_json(201, created)
         elif self.command == "DELETE":
             self._verb = "deletecollection"
             options = self._json_body()
             grace_period_seconds = self._grace(query, options)
-            dry_run = _dry_run(query, options)
-            items, _ = store.list(route.resource, route.namespace, _first(query, "labelSelector"),
-                                  _first(query, "fieldSelector"))
+            dry_run = dry_run_requested(query, options)
+            items, _ = store.list(route.resource, route.namespace, query_value(query, "labelSelector"),
+                                  query_value(query, "fieldSelector"))
             deleted = []
             for item in items:
                 metadata = item["metadata"]
@@ -311,11 +244,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _list(self, route: Route, query: Dict[str, List[str]]) -> None:
         store = self.api.store
         raw_items, list_rv, token, remaining = store.list_raw(
-            route.resource, route.namespace, _first(query, "labelSelector"), _first(query, "fieldSelector"),
-            limit=_int_param(query, "limit"), continue_token=_first(query, "continue"))
+            route.resource, route.namespace, query_value(query, "labelSelector"), query_value(query, "fieldSelector"),
+            limit=int_param(query, "limit"), continue_token=query_value(query, "continue"))
         if self._wants_table():
             table = table_for(route.resource, [json.loads(raw) for raw in raw_items],
-                              include_object=_first(query, "includeObject", "PartialObjectMetadata"))
+                              include_object=query_value(query, "includeObject", "PartialObjectMetadata"))
             table["metadata"] = _list_metadata(list_rv, token, remaining)
             self._send_json(200, table)
             return
@@ -330,18 +263,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _watch(self, route: Route, query: Dict[str, List[str]]) -> None:
         store = self.api.store
         name = route.name
-        field_selector = _first(query, "fieldSelector")
+        field_selector = query_value(query, "fieldSelector")
         if name:
             field_selector = ",".join(filter(None, [field_selector, "metadata.name=" + name]))
-        resource_version = _first(query, "resourceVersion")
-        send_initial = _is_true(_first(query, "sendInitialEvents"))
-        timeout_s = _int_param(query, "timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S
-        bookmarks = _is_true(_first(query, "allowWatchBookmarks"))
+        resource_version = query_value(query, "resourceVersion")
+        send_initial = is_true(query_value(query, "sendInitialEvents"))
+        timeout_s = int_param(query, "timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S
+        bookmarks = is_true(query_value(query, "allowWatchBookmarks"))
         as_table = self._wants_table()
-        self._include_object = _first(query, "includeObject", "PartialObjectMetadata")
+        self._include_object = query_value(query, "includeObject", "PartialObjectMetadata")
         try:
             watch = store.watch(route.resource, route.namespace, None if send_initial else resource_version,
-                                _first(query, "labelSelector"), field_selector)
+                                query_value(query, "labelSelector"), field_selector)
         except ApiError as error:
             if error.code != 410:
                 raise
@@ -412,16 +345,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _item(self, route: Route, query: Dict[str, List[str]]) -> None:
         store = self.api.store
-        dry_run = _dry_run(query)
+        dry_run = dry_run_requested(query)
         if self.command in ("GET", "HEAD"):
-            if route.watch_path or _is_true(_first(query, "watch")):
+            if route.watch_path or is_true(query_value(query, "watch")):
                 self._verb = "watch"
                 self._watch(route, query)
                 return
             self._verb = "get"
             obj = store.get(route.resource, route.name, route.namespace)
             if self._wants_table():
-                include_object = _first(query, "includeObject", "PartialObjectMetadata")
+                include_object = query_value(query, "includeObject", "PartialObjectMetadata")
                 self._send_json(200, table_for(route.resource, [obj], include_object))
             else:
                 self._send_json(200, obj)
@@ -440,16 +373,16 @@ class _Handler(BaseHTTPRequestHandler):
             check_patch_type(content_type)
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
-                                 route.subresource, dry_run=dry_run, force=_is_true(_first(query, "force")))
+                                 route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")))
             self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200, result)
         elif self.command == "DELETE":
             self._verb = "delete"
             options = self._json_body()
-            propagation = _first(query, "propagationPolicy") or options.get("propagationPolicy")
+            propagation = query_value(query, "propagationPolicy") or options.get("propagationPolicy")
             deleted = store.delete(route.resource, route.name, route.namespace,
                                    grace_period_seconds=self._grace(query, options),
                                    preconditions=options.get("preconditions"), propagation_policy=propagation,
-                                   dry_run=_dry_run(query, options))
+                                   dry_run=dry_run_requested(query, options))
             self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, deleted)
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -463,7 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _grace(query: Dict[str, List[str]], options: dict) -> Optional[int]:
-        grace = _int_param(query, "gracePeriodSeconds")
+        grace = int_param(query, "gracePeriodSeconds")
         if grace is None:
             grace = options.get("gracePeriodSeconds")
         return grace
@@ -476,7 +409,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._json_body()
         store = self.api.store
         if route.subresource == "eviction":
-            result = store.evict(route.namespace, route.name, body, dry_run=_dry_run(query))
+            result = store.evict(route.namespace, route.name, body, dry_run=dry_run_requested(query))
         else:
             node_name = (body.get("target") or {}).get("name")
             if not node_name:
@@ -489,7 +422,7 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.api.store
         pod = store.get("pods", route.name, route.namespace)
         containers = [container["name"] for container in (pod.get("spec") or {}).get("containers") or []]
-        container = _first(query, "container")
+        container = query_value(query, "container")
         if container and container not in containers:
             raise ApiError(400, "BadRequest", "container %s is not valid for pod %s" % (container, route.name))
         if not container and len(containers) > 1:
@@ -498,11 +431,11 @@ class _Handler(BaseHTTPRequestHandler):
         container = container or (containers[0] if containers else None)
         params = {key: values[0] for key, values in query.items()}
         text = self._log_text(route, container, params)
-        tail = _int_param(query, "tailLines")
+        tail = int_param(query, "tailLines")
         if tail is not None and text:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-tail:]) if tail > 0 else ""
-        if not _is_true(_first(query, "follow")):
+        if not is_true(query_value(query, "follow")):
             self._send_bytes(200, text.encode(), "text/plain")
             return
         self._follow_log(route, container, params, text)
@@ -559,7 +492,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(replicas, int) or replicas < 0:
                 raise ApiError(422, "Invalid", "Scale.spec.replicas: Invalid value: %r" % (replicas,))
             scaled = store.patch(route.resource, route.name, {"spec": {"replicas": replicas}}, MERGE_PATCH,
-                                 route.namespace, dry_run=_dry_run(query))
+                                 route.namespace, dry_run=dry_run_requested(query))
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         self._send_json(200, _scale_of(scaled))
@@ -653,254 +586,3 @@ class ApiServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-
-
-# ==================================================================== server-side printing (Table)
-# kubectl get asks for meta.k8s.io/v1 Table and prints the server's columns; these follow the column sets
-# of kube-apiserver's printers for the kinds an operator looks at, and NAME/AGE for the rest.
-
-def human_duration(seconds: float) -> str:
-    """kube's duration.HumanDuration: 45s, 5m3s, 15m, 3h20m, 2d5h, 400d, 3y20d."""
-    seconds = int(seconds)
-    if seconds < -1:
-        return "<invalid>"
-    if seconds < 0:
-        return "0s"
-    if seconds < 120:
-        return "%ds" % seconds
-    minutes = seconds // 60
-    if minutes < 10:
-        rest = seconds % 60
-        return "%dm" % minutes if rest == 0 else "%dm%ds" % (minutes, rest)
-    if minutes < 180:
-        return "%dm" % minutes
-    hours = seconds // 3600
-    if hours < 8:
-        rest = minutes % 60
-        return "%dh" % hours if rest == 0 else "%dh%dm" % (hours, rest)
-    if hours < 48:
-        return "%dh" % hours
-    if hours < 24 * 8:
-        rest = hours % 24
-        return "%dd" % (hours // 24) if rest == 0 else "%dd%dh" % (hours // 24, rest)
-    if hours < 24 * 365 * 2:
-        return "%dd" % (hours // 24)
-    if hours < 24 * 365 * 8:
-        rest = (hours // 24) % 365
-        return "%dy" % (hours // 24 // 365) if rest == 0 else "%dy%dd" % (hours // 24 // 365, rest)
-    return "%dy" % (hours // 24 // 365)
-
-
-def _age(timestamp: Optional[str]) -> str:
-    if not timestamp:
-        return "<unknown>"
-    try:
-        then = time.mktime(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
-    except ValueError:
-        return "<unknown>"
-    return human_duration(time.time() - then)
-
-
-def _column(name: str, kind: str = "string", priority: int = 0, format_: str = "") -> dict:
-    return {"name": name, "type": kind, "format": format_, "description": name, "priority": priority}
-
-
-def _node_status(node: dict) -> str:
-    """As kubectl prints it: Ready / NotReady (False or Unknown) / Unknown (no Ready condition yet)."""
-    ready = "Unknown"
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            ready = "Ready" if condition.get("status") == "True" else "NotReady"
-    if (node.get("spec") or {}).get("unschedulable"):
-        ready += ",SchedulingDisabled"
-    return ready
-
-
-def _node_roles(node: dict) -> str:
-    labels = node["metadata"].get("labels") or {}
-    roles = {key.split("/", 1)[1] for key in labels
-             if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1]}
-    if labels.get("kubernetes.io/role"):
-        roles.add(labels["kubernetes.io/role"])
-    return ",".join(sorted(roles)) or "<none>"
-
-
-def _node_address(node: dict, kind: str) -> str:
-    for address in (node.get("status") or {}).get("addresses") or []:
-        if address.get("type") == kind:
-            return address.get("address", "<none>")
-    return "<none>"
-
-
-def _node_row(node: dict) -> list:
-    info = (node.get("status") or {}).get("nodeInfo") or {}
-    return [node["metadata"]["name"], _node_status(node), _node_roles(node), _age(node["metadata"].get("creationTimestamp")),
-            info.get("kubeletVersion", ""), _node_address(node, "InternalIP"), _node_address(node, "ExternalIP"),
-            info.get("osImage", "<unknown>"), info.get("kernelVersion", "<unknown>"),
-            info.get("containerRuntimeVersion", "<unknown>")]
-
-
-def _pod_status_reason(pod: dict) -> str:
-    status = pod.get("status") or {}
-    reason = status.get("reason") or status.get("phase") or "Unknown"
-    running = False
-    for container in reversed(status.get("containerStatuses") or []):
-        state = container.get("state") or {}
-        if (state.get("waiting") or {}).get("reason"):
-            reason = state["waiting"]["reason"]
-        elif state.get("terminated"):
-            terminated = state["terminated"]
-            reason = terminated.get("reason") or ("Signal:%s" % terminated["signal"] if terminated.get("signal")
-                                                  else "ExitCode:%s" % terminated.get("exitCode", 0))
-        elif state.get("running") and container.get("ready"):
-            running = True
-    if reason == "Completed" and running:
-        reason = "Running"
-    if pod["metadata"].get("deletionTimestamp"):
-        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
-    return reason
-
-
-def _pod_restarts(pod: dict) -> str:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    restarts = sum(int(container.get("restartCount") or 0) for container in statuses)
-    finished = [((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
-                for container in statuses]
-    finished = sorted(value for value in finished if value)
-    if restarts and finished:
-        return "%d (%s ago)" % (restarts, _age(finished[-1]))
-    return str(restarts)
-
-
-def _pod_row(pod: dict) -> list:
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    total = len(spec.get("containers") or [])
-    ready = sum(1 for container in status.get("containerStatuses") or [] if container.get("ready"))
-    return [pod["metadata"]["name"], "%d/%d" % (ready, total), _pod_status_reason(pod), _pod_restarts(pod),
-            _age(pod["metadata"].get("creationTimestamp")), status.get("podIP") or "<none>",
-            spec.get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>", "<none>"]
-
-
-def _containers_and_images(obj: dict) -> Tuple[str, str]:
-    containers = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")) or []
-    return ",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)
-
-
-def _selector_text(obj: dict) -> str:
-    selector = (obj.get("spec") or {}).get("selector") or {}
-    parts = ["%s=%s" % item for item in sorted((selector.get("matchLabels") or {}).items())]
-    for expression in selector.get("matchExpressions") or []:
-        parts.append("%s %s (%s)" % (expression.get("key"), expression.get("operator", "").lower(),
-                                     ",".join(expression.get("values") or [])))
-    return ",".join(parts) or "<none>"
-
-
-def _deployment_row(obj: dict) -> list:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    containers, images = _containers_and_images(obj)
-    return [obj["metadata"]["name"], "%d/%d" % (status.get("readyReplicas", 0), spec.get("replicas", 0)),
-            status.get("updatedReplicas", 0), status.get("availableReplicas", 0),
-            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
-
-
-def _daemonset_row(obj: dict) -> list:
-    status = obj.get("status") or {}
-    node_selector = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector")) or {}
-    containers, images = _containers_and_images(obj)
-    return [obj["metadata"]["name"], status.get("desiredNumberScheduled", 0), status.get("currentNumberScheduled", 0),
-            status.get("numberReady", 0), status.get("updatedNumberScheduled", 0), status.get("numberAvailable", 0),
-            ",".join("%s=%s" % item for item in sorted(node_selector.items())) or "<none>",
-            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
-
-
-def _replicaset_row(obj: dict) -> list:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    containers, images = _containers_and_images(obj)
-    return [obj["metadata"]["name"], spec.get("replicas", 0), status.get("replicas", 0), status.get("readyReplicas", 0),
-            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
-
-
-def _pdb_row(obj: dict) -> list:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    min_available = spec.get("minAvailable")
-    max_unavailable = spec.get("maxUnavailable")
-    return [obj["metadata"]["name"], "N/A" if min_available is None else str(min_available),
-            "N/A" if max_unavailable is None else str(max_unavailable), status.get("disruptionsAllowed", 0),
-            _age(obj["metadata"].get("creationTimestamp"))]
-
-
-def _event_row(event: dict) -> list:
-    involved = event.get("involvedObject") or event.get("regarding") or {}
-    last_seen = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
-        "creationTimestamp")
-    return [_age(last_seen), event.get("type", ""), event.get("reason", ""),
-            "%s/%s" % ((involved.get("kind") or "").lower(), involved.get("name", "")),
-            event.get("message") or event.get("note") or ""]
-
-
-def _lease_row(lease: dict) -> list:
-    return [lease["metadata"]["name"], (lease.get("spec") or {}).get("holderIdentity", ""),
-            _age(lease["metadata"].get("creationTimestamp"))]
-
-
-def _resourceslice_row(obj: dict) -> list:
-    spec = obj.get("spec") or {}
-    return [obj["metadata"]["name"], spec.get("nodeName", ""), spec.get("driver", ""),
-            (spec.get("pool") or {}).get("name", ""), _age(obj["metadata"].get("creationTimestamp"))]
-
-
-def _default_row(obj: dict) -> list:
-    return [obj["metadata"]["name"], _age(obj["metadata"].get("creationTimestamp"))]
-
-
-_NAME = _column("Name", format_="name")
-_AGE = _column("Age")
-TABLE_PRINTERS = {
-    "nodes": ([_NAME, _column("Status"), _column("Roles"), _AGE, _column("Version"), _column("Internal-IP", priority=1),
-               _column("External-IP", priority=1), _column("OS-Image", priority=1),
-               _column("Kernel-Version", priority=1), _column("Container-Runtime", priority=1)], _node_row),
-    "pods": ([_NAME, _column("Ready"), _column("Status"), _column("Restarts"), _AGE, _column("IP", priority=1),
-              _column("Node", priority=1), _column("Nominated Node", priority=1),
-              _column("Readiness Gates", priority=1)], _pod_row),
-    "deployments": ([_NAME, _column("Ready"), _column("Up-to-date", "integer"), _column("Available", "integer"), _AGE,
-                     _column("Containers", priority=1), _column("Images", priority=1),
-                     _column("Selector", priority=1)], _deployment_row),
-    "daemonsets": ([_NAME, _column("Desired", "integer"), _column("Current", "integer"), _column("Ready", "integer"),
-                    _column("Up-to-date", "integer"), _column("Available", "integer"), _column("Node Selector"), _AGE,
-                    _column("Containers", priority=1), _column("Images", priority=1),
-                    _column("Selector", priority=1)], _daemonset_row),
-    "replicasets": ([_NAME, _column("Desired", "integer"), _column("Current", "integer"), _column("Ready", "integer"),
-                     _AGE, _column("Containers", priority=1), _column("Images", priority=1),
-                     _column("Selector", priority=1)], _replicaset_row),
-    "poddisruptionbudgets": ([_NAME, _column("Min Available"), _column("Max Unavailable"),
-                              _column("Allowed Disruptions", "integer"), _AGE], _pdb_row),
-    "namespaces": ([_NAME, _column("Status"), _AGE],
-                   lambda ns: [ns["metadata"]["name"], (ns.get("status") or {}).get("phase", ""),
-                               _age(ns["metadata"].get("creationTimestamp"))]),
-    "configmaps": ([_NAME, _column("Data", "integer"), _AGE],
-                   lambda cm: [cm["metadata"]["name"], len(cm.get("data") or {}) + len(cm.get("binaryData") or {}),
-                               _age(cm["metadata"].get("creationTimestamp"))]),
-    "events": ([_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"), _column("Message")],
-               _event_row),
-    "leases": ([_NAME, _column("Holder"), _AGE], _lease_row),
-    "resourceslices": ([_NAME, _column("Node"), _column("Driver"), _column("Pool"), _AGE], _resourceslice_row),
-}
-TABLE_PRINTERS["events.events.k8s.io"] = TABLE_PRINTERS["events"]
-
-
-def _partial_metadata(obj: dict) -> dict:
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
-
-
-def table_for(resource: str, objects: List[dict], include_object: Optional[str] = "PartialObjectMetadata") -> dict:
-    columns, row_of = TABLE_PRINTERS.get(resource, ([_NAME, _AGE], _default_row))
-    rows = []
-    for obj in objects:
-        row = {"cells": row_of(obj)}
-        if include_object == "Object":
-            row["object"] = obj
-        elif include_object != "None":
-            row["object"] = _partial_metadata(obj)
-        rows.append(row)
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "columnDefinitions": columns,
-            "rows": rows}

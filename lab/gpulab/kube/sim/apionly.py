@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import math
 
+from gpulab.nvidia.profiles import H100_MEMORY_MIB, H100_NAME
+
+from ..api.eviction import pod_is_terminal
+from ..api.timefmt import rfc3339
 from . import deviceplugin
-from .controllers import pod_is_terminal, pod_is_terminating, rfc3339
-from .kubelet import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMESPACE, NODE_ALLOCATABLE, NODE_CAPACITY,
-                      OS_IMAGE, micro_time, node_lease, ready_conditions, status_unknown_conditions)
-from .testing import H100_MEMORY_MIB, H100_NAME
+from .objects import pod_is_terminating
+from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMESPACE, NODE_ALLOCATABLE, NODE_CAPACITY,
+                         OS_IMAGE, micro_time, node_lease, ready_conditions, status_unknown_conditions)
 
 API_ONLY_LABEL = "gpulab.io/api-only"
 GPUS_PER_NODE = 8

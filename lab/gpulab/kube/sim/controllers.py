@@ -3,148 +3,29 @@
 `ControllerManager` keeps an informer cache fed by `Store.subscribe` (so a pass reads no store lists) and
 runs one pass per change or per tick (0.5 s): node lifecycle (cordon and NotReady taints),
 kubelets, deployments -> replicasets -> pods, daemonsets, scheduling and NoExecute taint eviction.
-The default namespaces, PDB status and cascading deletion belong to the store (lab/gpulab/kube/README.md, "agreed split").
-Tests drive it synchronously with `run_once()`.
+The default namespaces, PDB status and cascading deletion belong to the store (lab/gpulab/kube/README.md,
+"agreed split"); the pure rules are in `workloads.py`, the cache in `informer.py`. Tests drive it synchronously with `run_once()`.
 """
 
 from __future__ import annotations
 
-import calendar
 import copy
-import hashlib
-import json
 import random
 import threading
 import time
 import traceback
 
+from ..api.errors import ApiError
+from ..api.eviction import controller_owner, pod_is_ready, pod_is_terminal
+from ..api.patch import MERGE_PATCH
+from ..api.timefmt import rfc3339
 from . import scheduler
-from .eviction import controller_owner, pod_is_ready, pod_is_terminal, scaled_int_or_percent
-from .store import MERGE_PATCH, ApiError
-
-WATCHED_RESOURCES = ("namespaces", "nodes", "pods", "deployments", "replicasets", "daemonsets",
-                     "poddisruptionbudgets", "leases")
-_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
-UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
-# What the DefaultTolerationSeconds admission plugin adds to every pod.
-DEFAULT_POD_TOLERATIONS = [
-    {"key": NOT_READY_TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-    {"key": UNREACHABLE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-]
-# What the DaemonSet controller adds to its pods (pkg/controller/daemon/util).
-DAEMONSET_TOLERATIONS = [
-    {"key": NOT_READY_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
-    {"key": UNREACHABLE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": scheduler.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
-]
-
-
-def rfc3339(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
-
-
-def random_suffix(length: int = 5) -> str:
-    return "".join(random.choice(_NAME_ALPHABET) for _ in range(length))
-
-
-def template_hash(template: dict) -> str:
-    """A stable pod-template-hash (upstream uses FNV-32a; any stable short hash serves the twin)."""
-    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).digest()
-    return "".join(_NAME_ALPHABET[byte % len(_NAME_ALPHABET)] for byte in digest[:10])
-
-
-def meta(obj: dict) -> dict:
-    return obj.get("metadata") or {}
-
-
-def object_key(obj: dict):
-    return meta(obj).get("namespace"), meta(obj).get("name")
-
-
-def resource_version_int(obj: dict) -> int:
-    try:
-        return int(meta(obj).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
-
-
-def owner_reference(owner: dict) -> dict:
-    return {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"), "name": meta(owner)["name"],
-            "uid": meta(owner).get("uid"), "controller": True, "blockOwnerDeletion": True}
-
-
-def pod_is_terminating(pod: dict) -> bool:
-    return bool(meta(pod).get("deletionTimestamp"))
-
-
-def pod_counts_for_controller(pod: dict) -> bool:
-    """Pods a ReplicaSet/DaemonSet counts as its own replicas (upstream `IsPodActive`)."""
-    return not pod_is_terminating(pod) and not pod_is_terminal(pod)
-
-
-def node_ready_status(node: dict) -> str:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") or "Unknown"
-    return "Unknown"
-
-
-class Informer:
-    """A local cache of the watched resources, updated by the store's change callbacks."""
-
-    def __init__(self, store, resources=WATCHED_RESOURCES):
-        self._store = store
-        self._resources = resources
-        self._lock = threading.Lock()
-        self._objects = {resource: {} for resource in resources}
-        self.changed = threading.Event()
-
-    def start(self) -> None:
-        # Subscribe before listing so no change falls between the two; resourceVersions settle the order.
-        self._store.subscribe(self._on_change)
-        for resource in self._resources:
-            items, _ = self._store.list(resource)
-            for item in items:
-                self.observe(resource, item)
-
-    def _on_change(self, event_type: str, resource: str, obj: dict) -> None:
-        if resource not in self._objects:
-            return
-        if event_type == "DELETED":
-            self.forget(resource, obj)
-        else:
-            self.observe(resource, obj)
-        self.changed.set()
-
-    def observe(self, resource: str, obj: dict) -> None:
-        """Record an object we know is current (a callback or the answer to our own write)."""
-        if obj is None or resource not in self._objects:
-            return
-        with self._lock:
-            cached = self._objects[resource].get(object_key(obj))
-            if cached is None or resource_version_int(obj) >= resource_version_int(cached):
-                self._objects[resource][object_key(obj)] = obj
-
-    def forget(self, resource: str, obj: dict) -> None:
-        with self._lock:
-            cached = self._objects[resource].get(object_key(obj))
-            if cached is not None and resource_version_int(cached) <= resource_version_int(obj):
-                del self._objects[resource][object_key(obj)]
-
-    def items(self, resource: str, namespace=None) -> list:
-        with self._lock:
-            values = list(self._objects[resource].values())
-        if namespace is None:
-            return values
-        return [obj for obj in values if meta(obj).get("namespace") == namespace]
-
-    def get(self, resource: str, name: str, namespace=None):
-        with self._lock:
-            return self._objects[resource].get((namespace, name))
+from .informer import Informer
+from .objects import meta, owner_reference, pod_counts_for_controller, pod_is_terminating, random_suffix, template_hash
+from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_pod_node_name, daemonset_may_continue_on,
+                        daemonset_should_run_on, deployment_condition, deployment_status, needs_scheduling,
+                        noexecute_deadline_passed, pods_by_owner_uid, pods_to_scale_down, rollout_targets,
+                        status_differs, wanted_node_taints)
 
 
 class ControllerManager:
@@ -334,11 +215,11 @@ class ControllerManager:
         now = self.clock()
         status = deployment_status(deployment, new_rs, old_sets, desired, rfc3339(now))
         if self._progress_deadline_exceeded(deployment, new_rs, status, now):
-            status["conditions"][1] = _condition(
+            status["conditions"][1] = deployment_condition(
                 {c["type"]: c for c in (deployment.get("status") or {}).get("conditions") or []}, "Progressing",
                 False, "ProgressDeadlineExceeded", 'ReplicaSet "%s" has timed out progressing.' % meta(new_rs)["name"],
                 rfc3339(now))
-        if _status_differs(deployment.get("status") or {}, status):
+        if status_differs(deployment.get("status") or {}, status):
             self.patch("deployments", deployment, {"status": status}, subresource="status")
 
     def _progress_deadline_exceeded(self, deployment: dict, new_rs: dict, status: dict, now: float) -> bool:
@@ -380,7 +261,7 @@ class ControllerManager:
 
     # --- replicasets ----------------------------------------------------------------------------
     def sync_replicasets(self) -> None:
-        pods_by_owner = _pods_by_owner_uid(self.informer.items("pods"))
+        pods_by_owner = pods_by_owner_uid(self.informer.items("pods"))
         for replicaset in self.informer.items("replicasets"):
             if meta(replicaset).get("deletionTimestamp"):
                 continue
@@ -394,12 +275,12 @@ class ControllerManager:
             self._write_replicaset_status(replicaset)
 
     def _write_replicaset_status(self, replicaset: dict) -> None:
-        pods = [pod for pod in _pods_by_owner_uid(self.informer.items("pods")).get(meta(replicaset).get("uid"), [])
+        pods = [pod for pod in pods_by_owner_uid(self.informer.items("pods")).get(meta(replicaset).get("uid"), [])
                 if pod_counts_for_controller(pod)]
         ready = sum(1 for pod in pods if pod_is_ready(pod))
         status = {"replicas": len(pods), "fullyLabeledReplicas": len(pods), "readyReplicas": ready,
                   "availableReplicas": ready, "observedGeneration": meta(replicaset).get("generation", 1)}
-        if _status_differs(replicaset.get("status") or {}, status):
+        if status_differs(replicaset.get("status") or {}, status):
             self.patch("replicasets", replicaset, {"status": status}, subresource="status")
 
     def _create_pod_from_template(self, owner: dict, template: dict, node_name=None, extra_labels=None,
@@ -432,7 +313,7 @@ class ControllerManager:
     # --- daemonsets -----------------------------------------------------------------------------
     def sync_daemonsets(self) -> None:
         nodes = self.informer.items("nodes")
-        pods_by_owner = _pods_by_owner_uid(self.informer.items("pods"))
+        pods_by_owner = pods_by_owner_uid(self.informer.items("pods"))
         for daemonset in self.informer.items("daemonsets"):
             if meta(daemonset).get("deletionTimestamp"):
                 continue
@@ -491,7 +372,7 @@ class ControllerManager:
             self.delete("pods", pod)
 
     def _write_daemonset_status(self, daemonset: dict, revision: str, eligible: set) -> None:
-        pods = [pod for pod in _pods_by_owner_uid(self.informer.items("pods")).get(meta(daemonset).get("uid"), [])
+        pods = [pod for pod in pods_by_owner_uid(self.informer.items("pods")).get(meta(daemonset).get("uid"), [])
                 if pod_counts_for_controller(pod)]
         scheduled = {daemon_pod_node_name(pod) for pod in pods if (pod.get("spec") or {}).get("nodeName")}
         ready = [pod for pod in pods if pod_is_ready(pod) and daemon_pod_node_name(pod) in eligible]
@@ -503,12 +384,12 @@ class ControllerManager:
                   "observedGeneration": meta(daemonset).get("generation", 1)}
         if len(eligible) > len(ready):
             status["numberUnavailable"] = len(eligible) - len(ready)
-        if _status_differs(daemonset.get("status") or {}, status):
+        if status_differs(daemonset.get("status") or {}, status):
             self.patch("daemonsets", daemonset, {"status": status}, subresource="status")
 
     # --- scheduler ------------------------------------------------------------------------------
     def schedule_pending(self, now: float) -> None:
-        pending = [pod for pod in self.informer.items("pods") if _needs_scheduling(pod)]
+        pending = [pod for pod in self.informer.items("pods") if needs_scheduling(pod)]
         if not pending:
             return
         placement = scheduler.Placement(self.informer.items("nodes"), self.informer.items("pods"))
@@ -546,167 +427,3 @@ class ControllerManager:
                      "lastProbeTime": None, "lastTransitionTime": rfc3339(now)}
         self.patch("pods", pod, {"status": {"conditions": [condition]}}, subresource="status")
         self.record_event(pod, "FailedScheduling", message, event_type="Warning")
-
-# --- pure helpers ------------------------------------------------------------------------------
-def _status_differs(current: dict, wanted: dict) -> bool:
-    return any(current.get(key) != value for key, value in wanted.items())
-
-
-def _pods_by_owner_uid(pods: list) -> dict:
-    grouped = {}
-    for pod in pods:
-        owner = controller_owner(pod)
-        if owner:
-            grouped.setdefault(owner.get("uid"), []).append(pod)
-    return grouped
-
-
-def _needs_scheduling(pod: dict) -> bool:
-    spec = pod.get("spec") or {}
-    return (not spec.get("nodeName") and not pod_is_terminating(pod) and not pod_is_terminal(pod)
-            and (spec.get("schedulerName") or "default-scheduler") == "default-scheduler")
-
-
-def daemon_pod_node_name(pod: dict):
-    """The node a DaemonSet pod belongs to: its binding, else the matchFields target."""
-    spec = pod.get("spec") or {}
-    if spec.get("nodeName"):
-        return spec["nodeName"]
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}
-    for term in required.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("values"):
-                return field["values"][0]
-    return None
-
-
-def daemonset_should_run_on(probe_pod: dict, node: dict) -> bool:
-    return scheduler.node_matches_affinity(probe_pod, node) and not scheduler.untolerated_taints(probe_pod, node)
-
-
-def daemonset_may_continue_on(probe_pod: dict, node: dict) -> bool:
-    return scheduler.node_matches_affinity(probe_pod, node) and \
-        not scheduler.untolerated_taints(probe_pod, node, effects=("NoExecute",))
-
-
-def pods_to_scale_down(active_pods: list, count: int) -> list:
-    """Upstream order: unscheduled first, then pending, then not ready, then the newest."""
-    if count <= 0:
-        return []
-    newest_first = sorted(active_pods, key=lambda pod: meta(pod).get("creationTimestamp") or "", reverse=True)
-    newest_first.sort(key=lambda pod: (bool((pod.get("spec") or {}).get("nodeName")),
-                                       (pod.get("status") or {}).get("phase") != "Pending",
-                                       pod_is_ready(pod)))
-    return newest_first[:count]
-
-
-def rollout_targets(spec: dict, desired: int, new_rs: dict, old_sets: list) -> list:
-    """[(replicaset, replicas)] for the next step of a RollingUpdate (or Recreate) rollout."""
-    def replicas(rs):
-        return int((rs.get("spec") or {}).get("replicas", 0))
-
-    def available(rs):
-        return int((rs.get("status") or {}).get("availableReplicas", 0))
-
-    strategy = spec.get("strategy") or {}
-    if strategy.get("type") == "Recreate":
-        old_pods_left = any((rs.get("status") or {}).get("replicas") for rs in old_sets)
-        return [(rs, 0) for rs in old_sets] + [(new_rs, replicas(new_rs) if old_pods_left else desired)]
-    if not any(replicas(rs) for rs in old_sets):
-        return [(new_rs, desired)] + [(rs, 0) for rs in old_sets]
-    rolling = strategy.get("rollingUpdate") or {}
-    max_surge = scaled_int_or_percent(rolling.get("maxSurge", "25%"), desired, round_up=True)
-    max_unavailable = scaled_int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
-    if max_surge == 0 and max_unavailable == 0:
-        max_unavailable = 1
-    total = replicas(new_rs) + sum(replicas(rs) for rs in old_sets)
-    pairs = [(new_rs, min(desired, replicas(new_rs) + max(0, desired + max_surge - total)))]
-    # Old pods may go while availability stays at desired - maxUnavailable; unavailable old pods always may.
-    budget = max(0, available(new_rs) + sum(available(rs) for rs in old_sets) - (desired - max_unavailable))
-    for rs in sorted(old_sets, key=lambda r: meta(r).get("creationTimestamp") or ""):
-        unavailable_here = max(0, replicas(rs) - available(rs))
-        reduce_by = min(replicas(rs), unavailable_here + budget)
-        budget -= max(0, reduce_by - unavailable_here)
-        pairs.append((rs, replicas(rs) - reduce_by))
-    return pairs
-
-
-def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: int, now: str) -> dict:
-    sets = [new_rs] + old_sets
-
-    def total(field):
-        return sum(int((rs.get("status") or {}).get(field, 0)) for rs in sets)
-
-    available = total("availableReplicas")
-    updated = int((new_rs.get("status") or {}).get("replicas", 0))
-    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
-    max_unavailable = scaled_int_or_percent(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
-    complete = updated == desired and total("replicas") == desired and available >= desired
-    previous = {c.get("type"): c for c in (deployment.get("status") or {}).get("conditions") or []}
-    minimum_available = available >= desired - max_unavailable
-    conditions = [
-        _condition(previous, "Available", minimum_available,
-                   "MinimumReplicasAvailable" if minimum_available else "MinimumReplicasUnavailable",
-                   "Deployment has minimum availability." if minimum_available
-                   else "Deployment does not have minimum availability.", now),
-        _condition(previous, "Progressing", True,
-                   "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
-                   ('ReplicaSet "%s" has successfully progressed.' if complete else 'ReplicaSet "%s" is progressing.')
-                   % meta(new_rs)["name"], now),
-    ]
-    return {"observedGeneration": meta(deployment).get("generation", 1), "replicas": total("replicas"),
-            "updatedReplicas": updated, "readyReplicas": total("readyReplicas"), "availableReplicas": available,
-            "unavailableReplicas": max(0, desired - available) or None, "conditions": conditions}
-
-
-def _condition(previous: dict, condition_type: str, ok: bool, reason: str, message: str, now: str) -> dict:
-    status = "True" if ok else "False"
-    old = previous.get(condition_type) or {}
-    if old.get("status") == status and old.get("reason") == reason and old.get("message") == message:
-        return old
-    transition = old.get("lastTransitionTime") if old.get("status") == status else now
-    return {"type": condition_type, "status": status, "reason": reason, "message": message,
-            "lastUpdateTime": now, "lastTransitionTime": transition or now}
-
-
-def wanted_node_taints(node: dict, now: float) -> list:
-    """Taints the node lifecycle controller keeps: cordon and NotReady/Unreachable, others untouched."""
-    managed = (scheduler.UNSCHEDULABLE_TAINT_KEY, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY)
-    current = (node.get("spec") or {}).get("taints") or []
-    kept = [taint for taint in current if taint.get("key") not in managed]
-    wanted = []
-    if (node.get("spec") or {}).get("unschedulable"):
-        wanted.append({"key": scheduler.UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"})
-    ready = node_ready_status(node)
-    if ready != "True" and (node.get("status") or {}).get("conditions"):
-        key = UNREACHABLE_TAINT_KEY if ready == "Unknown" else NOT_READY_TAINT_KEY
-        wanted.append({"key": key, "effect": "NoSchedule"})
-        wanted.append({"key": key, "effect": "NoExecute", "timeAdded": rfc3339(now)})
-    result = list(kept)
-    for taint in wanted:
-        existing = next((t for t in current if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]),
-                        None)
-        result.append(existing if existing is not None else taint)
-    return result
-
-
-def _parse_rfc3339(text: str) -> float:
-    return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
-
-
-def noexecute_deadline_passed(pod: dict, node: dict, now: float) -> bool:
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") != "NoExecute":
-            continue
-        matching = [t for t in tolerations if scheduler.tolerates([t], taint)]
-        if not matching:
-            return True
-        seconds = [t.get("tolerationSeconds") for t in matching]
-        if None in seconds:
-            continue
-        added = _parse_rfc3339(taint["timeAdded"]) if taint.get("timeAdded") else now
-        if now >= added + min(seconds):
-            return True
-    return False

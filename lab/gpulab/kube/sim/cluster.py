@@ -31,12 +31,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from gpulab.faults import CLUSTER_FAULTS
+
+from ..api.errors import ApiError
+from ..api.recorder import RECORDS_FILE, Recorder
+from ..api.store import Store
 from . import deviceplugin
 from .apionly import ApiOnlyFleet
 from .controllers import ControllerManager
-from .kubelet import FAULT_KINDS, Kubelet, KubeletConfig, PodLogs
-from .recorder import RECORDS_FILE, Recorder
-from .store import ApiError, Store
+from .kubelet import Kubelet, KubeletConfig
+from .pods import PodLogs
 
 KUBECONFIG_FILE = "kubeconfig"
 FAULT_NAMESPACE = "gpulab-faults"
@@ -91,9 +95,9 @@ class KubeCluster:
 
     def _serve(self) -> None:
         # Imported here: in-process tests (serve=False) need neither TLS nor openssl.
-        from .kubeconfig import write_kubeconfig
-        from .server import ApiServer
-        from .tls import new_token
+        from ..api.kubeconfig import write_kubeconfig
+        from ..api.server import ApiServer
+        from ..api.tls import new_token
         token = new_token()
         self.server = ApiServer(self.store, self.host, self.port, os.path.join(self.state_dir, "keys", "kube"), token)
         self.server.start()
@@ -147,8 +151,8 @@ class KubeCluster:
         self.manager.wake()
 
     def _check_fault(self, node: str, kind: str, applying: bool = True) -> None:
-        if kind not in FAULT_KINDS:
-            raise ValueError("unknown cluster fault kind %r (known: %s)" % (kind, ", ".join(FAULT_KINDS)))
+        if kind not in CLUSTER_FAULTS:
+            raise ValueError("unknown cluster fault kind %r (known: %s)" % (kind, ", ".join(CLUSTER_FAULTS)))
         api_only_names = set(self.api_only.names) if self.api_only is not None else set()
         if node not in self.kubelets and node not in api_only_names:
             raise ValueError("no node %r in this cluster" % (node,))

@@ -9,7 +9,16 @@ other list is replaced whole, as the API server does for lists without a strateg
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, List, Optional
+
+from .errors import ApiError
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
 
 
 class PatchError(ValueError):
@@ -299,3 +308,49 @@ def _apply_primitive_deletions(result: dict, patch: dict) -> None:
             field = key.split("/", 1)[1]
             if field not in patch and isinstance(result.get(field), list):
                 result[field] = _ordered(result[field], order, MERGE_KEYS.get(field))
+
+
+# ---------------------------------------------------------------- a patch request as the API server takes it
+
+def decode_patch(patch, patch_type: str):
+    if isinstance(patch, (bytes, bytearray)):
+        patch = patch.decode()
+    if not isinstance(patch, str):
+        return copy.deepcopy(patch)
+    try:
+        if patch_type == APPLY_PATCH:
+            import yaml   # only server-side apply needs YAML
+            return yaml.safe_load(patch)
+        return json.loads(patch)
+    except ValueError as error:
+        raise ApiError(400, "BadRequest", "error decoding patch: %s" % error)
+
+
+def check_patch_type(patch_type: str) -> None:
+    """415 UnsupportedMediaType unless ``patch_type`` (the request's Content-Type) is one of PATCH_TYPES."""
+    if patch_type not in PATCH_TYPES:
+        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
+                       " media types include: " + ", ".join(PATCH_TYPES))
+
+
+def apply_patch_document(current: dict, document, patch_type: str):
+    """``current`` patched with the decoded ``document``; a patch that does not apply is 422 Invalid (JSON
+    patch) or 400 BadRequest (the merge kinds), as kube-apiserver answers."""
+    try:
+        return _patched(current, document, patch_type)
+    except PatchError as error:
+        if patch_type == JSON_PATCH:
+            raise ApiError(422, "Invalid", str(error))
+        raise ApiError(400, "BadRequest", str(error))
+
+
+def _patched(current: dict, document, patch_type: str):
+    if patch_type == JSON_PATCH:
+        return json_patch(current, document)
+    if patch_type == MERGE_PATCH:
+        return merge_patch(current, document)
+    if not isinstance(document, dict):
+        raise PatchError("a strategic merge patch must be a JSON object")
+    if patch_type == APPLY_PATCH:
+        document = {key: value for key, value in document.items() if key not in ("apiVersion", "kind")}
+    return strategic_merge_patch(current, document)

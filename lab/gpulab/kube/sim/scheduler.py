@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from .eviction import pod_is_terminal
+from ..api.eviction import pod_is_terminal
 
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 

@@ -15,73 +15,24 @@ import base64
 import contextlib
 import copy
 import json
-import queue
 import random
 import re
 import string
 import sys
 import threading
-import time
 import traceback
 import uuid
 from collections import deque
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import eviction as pdb_math
-from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from .defaults import apply_defaults
+from .errors import ApiError, conflict, invalid, not_found
+from .patch import APPLY_PATCH, apply_patch_document, check_patch_type, decode_patch
+from .resources import DEFAULT_NAMESPACES, RESOURCES, qualified
 from .selectors import SelectorError, field_selector_name, parse_field_selector, parse_label_selector
-
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
-PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
-
-_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-
-
-def _resource(group, version, kind, namespaced, short_names=(), subresources=(), verbs=None):
-    return {"group": group, "version": version, "kind": kind, "namespaced": namespaced,
-            "shortNames": list(short_names), "verbs": list(verbs or _VERBS), "subresources": list(subresources)}
-
-
-# Storage key -> API description. The key is the plural, except where two groups serve the same plural
-# (``events.events.k8s.io``); ``plural`` below gives the URL name.
-RESOURCES: Dict[str, dict] = {
-    "namespaces": _resource("", "v1", "Namespace", False, ["ns"], ["status", "finalize"],
-                            ["create", "delete", "get", "list", "patch", "update", "watch"]),
-    "nodes": _resource("", "v1", "Node", False, ["no"], ["status"]),
-    "pods": _resource("", "v1", "Pod", True, ["po"], ["status", "eviction", "log", "binding"]),
-    "configmaps": _resource("", "v1", "ConfigMap", True, ["cm"]),
-    "secrets": _resource("", "v1", "Secret", True),
-    "serviceaccounts": _resource("", "v1", "ServiceAccount", True, ["sa"]),
-    "services": _resource("", "v1", "Service", True, ["svc"], ["status"]),
-    "events": _resource("", "v1", "Event", True, ["ev"]),
-    "events.events.k8s.io": _resource("events.k8s.io", "v1", "Event", True, ["ev"]),
-    "leases": _resource("coordination.k8s.io", "v1", "Lease", True),
-    "poddisruptionbudgets": _resource("policy", "v1", "PodDisruptionBudget", True, ["pdb"], ["status"]),
-    "deployments": _resource("apps", "v1", "Deployment", True, ["deploy"], ["status", "scale"]),
-    "replicasets": _resource("apps", "v1", "ReplicaSet", True, ["rs"], ["status", "scale"]),
-    "daemonsets": _resource("apps", "v1", "DaemonSet", True, ["ds"], ["status"]),
-    "statefulsets": _resource("apps", "v1", "StatefulSet", True, ["sts"], ["status", "scale"]),
-    "controllerrevisions": _resource("apps", "v1", "ControllerRevision", True),
-    "jobs": _resource("batch", "v1", "Job", True, [], ["status"]),
-    "clusterroles": _resource("rbac.authorization.k8s.io", "v1", "ClusterRole", False),
-    "clusterrolebindings": _resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", False),
-    "roles": _resource("rbac.authorization.k8s.io", "v1", "Role", True),
-    "rolebindings": _resource("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
-    "runtimeclasses": _resource("node.k8s.io", "v1", "RuntimeClass", False),
-    "resourceslices": _resource("resource.k8s.io", "v1beta1", "ResourceSlice", False),
-    "deviceclasses": _resource("resource.k8s.io", "v1beta1", "DeviceClass", False),
-    "resourceclaims": _resource("resource.k8s.io", "v1beta1", "ResourceClaim", True, [], ["status"]),
-}
-for _key, _info in RESOURCES.items():
-    _info["plural"] = _key.split(".", 1)[0]
-    _info["apiVersion"] = "%s/%s" % (_info["group"], _info["version"]) if _info["group"] else _info["version"]
-    _info["listKind"] = _info["kind"] + "List"
-    _info["singular"] = _info["kind"].lower()
-
-DEFAULT_NAMESPACES = ("default", "kube-system", "kube-node-lease", "kube-public")
+from .timefmt import now_rfc3339
+from .watch import Entry, Event, Watch
 
 # Kinds whose metadata.generation counts spec changes.
 _GENERATION_RESOURCES = {"pods", "deployments", "replicasets", "daemonsets", "statefulsets", "jobs",
@@ -101,148 +52,6 @@ _NAME_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alph
                  " validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 
 
-def now_rfc3339(offset_s: float = 0) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + offset_s))
-
-
-class ApiError(Exception):
-    """An API failure; ``to_status()`` gives the ``metav1.Status`` body the server answers with."""
-
-    def __init__(self, code: int, reason: str, message: str, details: Optional[dict] = None):
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-
-    def to_status(self) -> dict:
-        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                  "message": self.message, "reason": self.reason, "code": self.code}
-        if self.details is not None:
-            status["details"] = self.details
-        return status
-
-
-def _qualified(resource: str) -> str:
-    info = RESOURCES[resource]
-    return info["plural"] + ("." + info["group"] if info["group"] else "")
-
-
-def not_found(resource: str, name: str) -> ApiError:
-    info = RESOURCES[resource]
-    return ApiError(404, "NotFound", '%s "%s" not found' % (_qualified(resource), name),
-                    {"name": name, "group": info["group"], "kind": info["plural"]})
-
-
-def _conflict(resource: str, name: str, why: str) -> ApiError:
-    info = RESOURCES[resource]
-    return ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": %s' % (_qualified(resource), name, why),
-                    {"name": name, "group": info["group"], "kind": info["plural"]})
-
-
-def _invalid(resource: str, name: str, field: str, value, why: str) -> ApiError:
-    info = RESOURCES[resource]
-    detail = "%s: Invalid value: %s: %s" % (field, json.dumps(value), why)
-    return ApiError(422, "Invalid", '%s.%s "%s" is invalid: %s' % (info["kind"], info["group"] or "core", name, detail)
-                    if info["group"] else '%s "%s" is invalid: %s' % (info["kind"], name, detail),
-                    {"name": name, "group": info["group"], "kind": info["kind"],
-                     "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: %s: %s"
-                                 % (json.dumps(value), why), "field": field}]})
-
-
-def _encode(obj: dict) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-class _Entry:
-    """A committed object: the dict (never mutated after commit) and its JSON encoding."""
-
-    __slots__ = ("obj", "raw", "rv")
-
-    def __init__(self, obj: dict):
-        self.obj = obj
-        self.raw = _encode(obj)
-        self.rv = int(obj["metadata"]["resourceVersion"])
-
-    def copy(self) -> dict:
-        return json.loads(self.raw)
-
-
-class _Event:
-    __slots__ = ("rv", "type", "entry", "old")
-
-    def __init__(self, rv: int, event_type: str, entry: _Entry, old: Optional[_Entry]):
-        self.rv, self.type, self.entry, self.old = rv, event_type, entry, old
-
-
-class Watch:
-    """A watch on one resource. Iterate for ``(type, obj)`` (blocks; ends after ``close()``), or call
-    ``next_event(timeout)`` (None on timeout) / ``next_raw(timeout)`` (``(type, json bytes)``) in servers."""
-
-    def __init__(self, store: "Store", resource: str, namespace: Optional[str], label_selector, field_predicate):
-        self._store = store
-        self.resource = resource
-        self.namespace = namespace
-        self._labels = label_selector
-        self._fields = field_predicate
-        self._queue: "queue.Queue" = queue.Queue()
-        self.closed = False
-
-    def _selects(self, entry: Optional[_Entry]) -> bool:
-        if entry is None:
-            return False
-        metadata = entry.obj["metadata"]
-        if self.namespace and metadata.get("namespace") != self.namespace:
-            return False
-        return self._labels.matches(metadata.get("labels")) and self._fields(entry.obj)
-
-    def _offer(self, event: _Event) -> None:
-        """Queue ``event`` as this watcher sees it (a MODIFIED that leaves the selection is a DELETED)."""
-        now_selected = self._selects(event.entry)
-        if event.type == "MODIFIED":
-            was_selected = self._selects(event.old)
-            if now_selected and not was_selected:
-                self._queue.put(("ADDED", event.entry))
-            elif was_selected and not now_selected:
-                self._queue.put(("DELETED", event.entry))
-            elif now_selected:
-                self._queue.put(("MODIFIED", event.entry))
-        elif now_selected:
-            self._queue.put((event.type, event.entry))
-
-    def next_raw(self, timeout: Optional[float] = None) -> Optional[Tuple[str, bytes]]:
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if item is None:
-            return None
-        return item[0], item[1].raw
-
-    def next_event(self, timeout: Optional[float] = None) -> Optional[Tuple[str, dict]]:
-        raw = self.next_raw(timeout)
-        if raw is None:
-            return None
-        return raw[0], json.loads(raw[1])
-
-    def bookmark(self) -> Optional[Tuple[str, dict]]:
-        """A BOOKMARK at the store's current resourceVersion, or None while events are still queued
-        (a bookmark must not overtake them)."""
-        return self._store._bookmark_for(self)
-
-    def __iter__(self):
-        while not self.closed:
-            event = self.next_event(timeout=0.5)
-            if event is not None:
-                yield event
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._store._remove_watch(self)
-            self._queue.put(None)
-
-
 class Store:
     """Thread-safe object store with the semantics of the Kubernetes generic registry."""
 
@@ -253,7 +62,7 @@ class Store:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._rv = 0
-        self._objects: Dict[str, Dict[Tuple[str, str], _Entry]] = {key: {} for key in RESOURCES}
+        self._objects: Dict[str, Dict[Tuple[str, str], Entry]] = {key: {} for key in RESOURCES}
         self._events: Dict[str, deque] = {key: deque() for key in RESOURCES}
         self._compacted_rv: Dict[str, int] = {key: 0 for key in RESOURCES}
         self._watches: Dict[str, List[Watch]] = {key: [] for key in RESOURCES}
@@ -279,7 +88,7 @@ class Store:
                 pending, self._local.pending = self._local.pending, []
                 self._notify(pending)
 
-    def _notify(self, pending: List[Tuple[str, str, _Entry]]) -> None:
+    def _notify(self, pending: List[Tuple[str, str, Entry]]) -> None:
         """A failing subscriber must not fail the API call that made the change: its error goes to stderr."""
         subscribers = list(self._subscribers)
         for event_type, resource, entry in pending:
@@ -306,22 +115,22 @@ class Store:
     def _key(self, resource: str, name: str, namespace: Optional[str]) -> Tuple[str, str]:
         return (namespace or "") if RESOURCES[resource]["namespaced"] else "", name
 
-    def _entry(self, resource: str, name: str, namespace: Optional[str]) -> _Entry:
+    def _entry(self, resource: str, name: str, namespace: Optional[str]) -> Entry:
         entry = self._objects[resource].get(self._key(resource, name, namespace))
         if entry is None:
             raise not_found(resource, name)
         return entry
 
-    def _commit(self, resource: str, event_type: str, obj: dict, old: Optional[_Entry],
-                update_pdbs: bool = True) -> _Entry:
+    def _commit(self, resource: str, event_type: str, obj: dict, old: Optional[Entry],
+                update_pdbs: bool = True) -> Entry:
         obj["metadata"]["resourceVersion"] = self._next_rv()
-        entry = _Entry(obj)
+        entry = Entry(obj)
         key = self._key(resource, obj["metadata"]["name"], obj["metadata"].get("namespace"))
         if event_type == "DELETED":
             self._objects[resource].pop(key, None)
         else:
             self._objects[resource][key] = entry
-        event = _Event(entry.rv, event_type, entry, old)
+        event = Event(entry.rv, event_type, entry, old)
         events = self._events[resource]
         events.append(event)
         while len(events) > self.event_window:
@@ -345,7 +154,7 @@ class Store:
             namespace = self._resolve_namespace(resource, metadata, namespace)
             self._assign_name(resource, metadata)
             if self._key(resource, metadata["name"], namespace) in self._objects[resource]:
-                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (_qualified(resource), metadata["name"]),
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (qualified(resource), metadata["name"]),
                                {"name": metadata["name"], "group": info["group"], "kind": info["plural"]})
             obj = _with_type_first(info, obj)
             metadata = obj["metadata"]
@@ -357,7 +166,7 @@ class Store:
                 metadata["generation"] = 1
             if resource in _STATUS_CLEARED_ON_CREATE:
                 obj.pop("status", None)
-            _apply_defaults(resource, obj)
+            apply_defaults(resource, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
                 return obj
@@ -382,9 +191,9 @@ class Store:
             metadata["name"] = metadata["generateName"] + suffix
         name = metadata.get("name")
         if not name:
-            raise _invalid(resource, "", "metadata.name", "", "name or generateName is required")
+            raise invalid(resource, "", "metadata.name", "", "name or generateName is required")
         if len(name) > 253 or not _NAME_PATTERN.match(name):
-            raise _invalid(resource, name, "metadata.name", name, _NAME_MESSAGE)
+            raise invalid(resource, name, "metadata.name", name, _NAME_MESSAGE)
 
     # ------------------------------------------------------------ read
 
@@ -394,7 +203,7 @@ class Store:
             return self._entry(resource, name, namespace).copy()
 
     def _select(self, resource: str, namespace: Optional[str], label_selector: Optional[str],
-                field_selector: Optional[str]) -> List[Tuple[Tuple[str, str], _Entry]]:
+                field_selector: Optional[str]) -> List[Tuple[Tuple[str, str], Entry]]:
         try:
             labels = parse_label_selector(label_selector)
             fields = parse_field_selector(field_selector)
@@ -485,12 +294,12 @@ class Store:
                 new["status"] = copy.deepcopy(current["status"])
             else:
                 new.pop("status", None)
-        _apply_defaults(resource, new)
+        apply_defaults(resource, new)
         if resource in _GENERATION_RESOURCES and _spec_of(new) != _spec_of(current):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1
         return new
 
-    def _store_update(self, resource: str, current: _Entry, new: dict, dry_run: bool) -> dict:
+    def _store_update(self, resource: str, current: Entry, new: dict, dry_run: bool) -> dict:
         new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
         if new == current.obj:
             return current.copy()   # a no-op update keeps the resourceVersion, as in the API server
@@ -552,7 +361,7 @@ class Store:
         """Remove a pod whose containers have stopped (what the kubelet does after the grace period)."""
         return self.delete("pods", name, namespace, grace_period_seconds=0)
 
-    def _graceful_pod_delete(self, current: _Entry, grace_period_seconds: Optional[int],
+    def _graceful_pod_delete(self, current: Entry, grace_period_seconds: Optional[int],
                              dry_run: bool) -> Optional[dict]:
         pod = current.obj
         if grace_period_seconds is None:
@@ -567,7 +376,7 @@ class Store:
             return current.copy()
         return self._mark_deleting("pods", current, grace_period_seconds, dry_run)
 
-    def _mark_deleting(self, resource: str, current: _Entry, grace_period_seconds: int, dry_run: bool) -> dict:
+    def _mark_deleting(self, resource: str, current: Entry, grace_period_seconds: int, dry_run: bool) -> dict:
         new = copy.deepcopy(current.obj)
         new["metadata"]["deletionTimestamp"] = now_rfc3339(grace_period_seconds)
         new["metadata"]["deletionGracePeriodSeconds"] = grace_period_seconds
@@ -575,7 +384,7 @@ class Store:
             return new
         return self._commit(resource, "MODIFIED", new, current).copy()
 
-    def _delete_namespace(self, current: _Entry, dry_run: bool) -> dict:
+    def _delete_namespace(self, current: Entry, dry_run: bool) -> dict:
         name = current.obj["metadata"]["name"]
         if name in DEFAULT_NAMESPACES:
             raise ApiError(403, "Forbidden", 'namespaces "%s" is forbidden: this namespace may not be deleted' % name,
@@ -610,7 +419,7 @@ class Store:
         with self._mutating():
             current = self._entry("pods", pod_name, namespace)
             if (current.obj.get("spec") or {}).get("nodeName"):
-                raise _conflict("pods", pod_name, "pod %s is already assigned to node %r"
+                raise conflict("pods", pod_name, "pod %s is already assigned to node %r"
                                 % (pod_name, current.obj["spec"]["nodeName"]))
             new = copy.deepcopy(current.obj)
             new.setdefault("spec", {})["nodeName"] = node_name
@@ -683,7 +492,7 @@ class Store:
         with self._lock:
             if resource_version in (None, "", "0"):
                 for _, entry in sorted(self._objects[resource].items()):
-                    watch._offer(_Event(entry.rv, "ADDED", entry, None))
+                    watch._offer(Event(entry.rv, "ADDED", entry, None))
             else:
                 self._replay(watch, resource, resource_version)
             self._watches[resource].append(watch)
@@ -736,7 +545,7 @@ def _check_resource_version(resource: str, name: str, current: dict, wanted_rv) 
     """Optimistic concurrency: 409 Conflict when a write names a resourceVersion that is not the stored one
     (a write without one is unconditional)."""
     if wanted_rv and str(wanted_rv) != current["metadata"]["resourceVersion"]:
-        raise _conflict(resource, name, "the object has been modified; please apply your changes to the latest"
+        raise conflict(resource, name, "the object has been modified; please apply your changes to the latest"
                                         " version and try again")
 
 
@@ -745,56 +554,12 @@ def _check_preconditions(resource: str, name: str, obj: dict, preconditions: Opt
         return
     uid = preconditions.get("uid")
     if uid and uid != obj["metadata"]["uid"]:
-        raise _conflict(resource, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
+        raise conflict(resource, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
                         % (uid, obj["metadata"]["uid"]))
     rv = preconditions.get("resourceVersion")
     if rv and rv != obj["metadata"]["resourceVersion"]:
-        raise _conflict(resource, name, "Precondition failed: ResourceVersion in precondition: %s, ResourceVersion"
+        raise conflict(resource, name, "Precondition failed: ResourceVersion in precondition: %s, ResourceVersion"
                         " in object meta: %s" % (rv, obj["metadata"]["resourceVersion"]))
-
-
-def decode_patch(patch, patch_type: str):
-    if isinstance(patch, (bytes, bytearray)):
-        patch = patch.decode()
-    if not isinstance(patch, str):
-        return copy.deepcopy(patch)
-    try:
-        if patch_type == APPLY_PATCH:
-            import yaml   # only server-side apply needs YAML
-            return yaml.safe_load(patch)
-        return json.loads(patch)
-    except ValueError as error:
-        raise ApiError(400, "BadRequest", "error decoding patch: %s" % error)
-
-
-def check_patch_type(patch_type: str) -> None:
-    """415 UnsupportedMediaType unless ``patch_type`` (the request's Content-Type) is one of PATCH_TYPES."""
-    if patch_type not in PATCH_TYPES:
-        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
-                       " media types include: " + ", ".join(PATCH_TYPES))
-
-
-def apply_patch_document(current: dict, document, patch_type: str):
-    """``current`` patched with the decoded ``document``; a patch that does not apply is 422 Invalid (JSON
-    patch) or 400 BadRequest (the merge kinds), as kube-apiserver answers."""
-    try:
-        return _patched(current, document, patch_type)
-    except PatchError as error:
-        if patch_type == JSON_PATCH:
-            raise ApiError(422, "Invalid", str(error))
-        raise ApiError(400, "BadRequest", str(error))
-
-
-def _patched(current: dict, document, patch_type: str):
-    if patch_type == JSON_PATCH:
-        return json_patch(current, document)
-    if patch_type == MERGE_PATCH:
-        return merge_patch(current, document)
-    if not isinstance(document, dict):
-        raise PatchError("a strategic merge patch must be a JSON object")
-    if patch_type == APPLY_PATCH:
-        document = {key: value for key, value in document.items() if key not in ("apiVersion", "kind")}
-    return strategic_merge_patch(current, document)
 
 
 def _encode_continue(start_key: list, list_rv: str) -> str:
@@ -807,88 +572,3 @@ def _decode_continue(token: str) -> Tuple[list, str]:
         return list(decoded["start"]), str(decoded["rv"])
     except (ValueError, KeyError, TypeError):
         raise ApiError(400, "BadRequest", "continue key is not valid")
-
-
-# ---------------------------------------------------------------- defaults (what the API server's defaulting does)
-
-def _default_pod_spec(spec: dict) -> None:
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("securityContext", {})
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        image = container.get("image", "")
-        latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
-        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
-        container.setdefault("terminationMessagePath", "/dev/termination-log")
-        container.setdefault("terminationMessagePolicy", "File")
-        container.setdefault("resources", {})
-
-
-def _default_template(obj: dict) -> None:
-    template = (obj.get("spec") or {}).get("template")
-    if isinstance(template, dict):
-        template.setdefault("metadata", {})
-        _default_pod_spec(template.setdefault("spec", {}))
-
-
-def _apply_defaults(resource: str, obj: dict) -> None:
-    metadata = obj["metadata"]
-    if resource == "namespaces":
-        metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = metadata["name"]
-        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-        obj.setdefault("status", {}).setdefault("phase", "Active")
-    elif resource == "pods":
-        _default_pod_spec(obj.setdefault("spec", {}))
-        status = obj.setdefault("status", {})
-        status.setdefault("phase", "Pending")
-        status.setdefault("qosClass", _qos_class(obj["spec"]))
-    elif resource == "deployments":
-        spec = obj.setdefault("spec", {})
-        spec.setdefault("replicas", 1)
-        spec.setdefault("strategy", {"type": "RollingUpdate",
-                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
-        spec.setdefault("revisionHistoryLimit", 10)
-        spec.setdefault("progressDeadlineSeconds", 600)
-        _default_template(obj)
-        obj.setdefault("status", {})
-    elif resource in ("replicasets", "statefulsets"):
-        obj.setdefault("spec", {}).setdefault("replicas", 1)
-        _default_template(obj)
-        obj.setdefault("status", {"replicas": 0})
-    elif resource == "daemonsets":
-        spec = obj.setdefault("spec", {})
-        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
-                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
-        spec.setdefault("revisionHistoryLimit", 10)
-        _default_template(obj)
-        obj.setdefault("status", {"currentNumberScheduled": 0, "numberMisscheduled": 0,
-                                  "desiredNumberScheduled": 0, "numberReady": 0})
-    elif resource == "poddisruptionbudgets":
-        obj.setdefault("spec", {})
-        obj.setdefault("status", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
-                                  "expectedPods": 0})
-
-
-_QOS_RESOURCES = ("cpu", "memory")
-
-
-def _qos_class(pod_spec: dict) -> str:
-    """kube's GetPodQOS: only cpu and memory count (a pod asking for nothing but ``nvidia.com/gpu`` is
-    BestEffort), init containers included; Guaranteed needs cpu and memory limits in every container with
-    requests (when given) equal to them."""
-    containers = (pod_spec.get("containers") or []) + (pod_spec.get("initContainers") or [])
-    requests_and_limits = [(_qos_amounts(container, "requests"), _qos_amounts(container, "limits"))
-                           for container in containers]
-    if not any(requests or limits for requests, limits in requests_and_limits):
-        return "BestEffort"
-    guaranteed = all(set(limits) == set(_QOS_RESOURCES) and
-                     all(requests.get(name, limit) == limit for name, limit in limits.items())
-                     for requests, limits in requests_and_limits)
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _qos_amounts(container: dict, kind: str) -> dict:
-    amounts = (container.get("resources") or {}).get(kind) or {}
-    return {name: amount for name, amount in amounts.items() if name in _QOS_RESOURCES}

@@ -12,25 +12,17 @@ All methods run on the controller thread, except the `nvidia-smi` commands (a sm
 from __future__ import annotations
 
 import hashlib
-import shlex
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from ..api.errors import ApiError
+from ..api.eviction import pod_is_ready, pod_is_terminal
+from ..api.timefmt import rfc3339
 from . import deviceplugin, scheduler
-from .controllers import meta, pod_is_ready, pod_is_terminal, pod_is_terminating, rfc3339
-from .store import ApiError
-
-KUBELET_VERSION = "v1.32.2"
-CONTAINER_RUNTIME_VERSION = "containerd://1.7.24"
-OS_IMAGE = "Debian GNU/Linux 12 (bookworm)"
-LEASE_DURATION_S = 40
-LEASE_NAMESPACE = "kube-node-lease"
-# A GPU node of the twin: an 8-GPU HGX-class host.
-NODE_CAPACITY = {"cpu": "96", "memory": "1056426312Ki", "pods": "110", "ephemeral-storage": "1843126272Ki",
-                 "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
-NODE_ALLOCATABLE = {"cpu": "95", "memory": "1054226312Ki", "pods": "110", "ephemeral-storage": "1698632785592",
-                    "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
-FAULT_KINDS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down")
+from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMESPACE, NODE_ALLOCATABLE, NODE_CAPACITY,
+                         OS_IMAGE, conditions_without_times, micro_time, node_lease, ready_conditions,
+                         status_unknown_conditions)
+from .objects import meta, pod_is_terminating
+from .pods import PodLogs, command_argv, container_id, restarts_after_exit
 
 
 class KubeletConfig:
@@ -45,58 +37,6 @@ class KubeletConfig:
         self.view_refresh_s = view_refresh_s
         self.resourceslice_api_version = resourceslice_api_version
         self.container_start_s = container_start_s
-
-
-class PodLogs:
-    """Container logs by (namespace, pod name), read by the API server's pods/log handler."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._logs = {}
-
-    def set(self, namespace: str, name: str, text: str) -> None:
-        with self._lock:
-            self._logs[(namespace, name)] = text
-
-    def append(self, namespace: str, name: str, text: str) -> None:
-        with self._lock:
-            self._logs[(namespace, name)] = self._logs.get((namespace, name), "") + text
-
-    def get(self, namespace: str, name: str, container=None):
-        with self._lock:
-            return self._logs.get((namespace, name))
-
-    def drop(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._logs.pop((namespace, name), None)
-
-
-_SHELLS = ("sh", "bash")
-_SHELL_SYNTAX = set(";|&<>$`()")
-
-
-def command_argv(pod: dict):
-    """argv of a single-container pod whose command is nvidia-smi (directly or as `sh -c "nvidia-smi ..."`
-    without other shell syntax), else None."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    if len(containers) != 1:
-        return None
-    argv = list(containers[0].get("command") or []) + list(containers[0].get("args") or [])
-    if len(argv) == 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1] == "-c" \
-            and not _SHELL_SYNTAX & set(argv[2]):
-        argv = shlex.split(argv[2])
-    if argv and argv[0].rsplit("/", 1)[-1] == "nvidia-smi":
-        return ["nvidia-smi"] + argv[1:]
-    return None
-
-
-def restarts_after_exit(pod: dict, exit_code: int) -> bool:
-    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
-    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
-
-
-def container_id(pod_uid: str, attempt: int) -> str:
-    return "containerd://" + hashlib.sha256(("%s/%d" % (pod_uid, attempt)).encode()).hexdigest()
 
 
 class _ViewSnapshot:
@@ -280,7 +220,7 @@ class Kubelet:
         heartbeat_due = now - self._last_status_write >= self.config.heartbeat_s
         conditions = ready_conditions(current.get("conditions") or [], now, heartbeat_due)
         changed = any(current.get(key) != value for key, value in status.items()) or \
-            _conditions_without_times(current.get("conditions")) != _conditions_without_times(conditions)
+            conditions_without_times(current.get("conditions")) != conditions_without_times(conditions)
         if changed or heartbeat_due:
             status["conditions"] = conditions
             self.client.patch("nodes", node, {"status": status}, subresource="status")
@@ -634,50 +574,3 @@ def _plain(amount) -> str:
     """A Decimal resource amount as the kubelet prints it (no exponent, no trailing zeros)."""
     text = format(amount.normalize(), "f")
     return text
-
-
-def _conditions_without_times(conditions) -> list:
-    return [{k: v for k, v in c.items() if k not in ("lastHeartbeatTime", "lastTransitionTime")}
-            for c in conditions or []]
-
-
-def status_unknown_conditions(conditions: list, now: float) -> list:
-    """``conditions`` as the node lifecycle controller rewrites them when the kubelet stops posting status."""
-    return [dict(condition, status="Unknown", reason="NodeStatusUnknown",
-                 message="Kubelet stopped posting node status.", lastTransitionTime=rfc3339(now))
-            for condition in conditions]
-
-
-def micro_time(now: float) -> str:
-    """A metav1.MicroTime (what a Lease's renewTime holds)."""
-    return rfc3339(now)[:-1] + ".%06dZ" % int((now % 1) * 1e6)
-
-
-def node_lease(node: dict, now: float) -> dict:
-    """The kubelet's Lease in kube-node-lease, owned by its Node and renewed at ``now``."""
-    name = meta(node)["name"]
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": LEASE_NAMESPACE,
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
-                                              "uid": meta(node).get("uid")}]},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": micro_time(now)}}
-
-
-def ready_conditions(previous: list, now: float, heartbeat_due: bool) -> list:
-    """The kubelet's four node conditions; transition times kept while the status holds."""
-    stamp = rfc3339(now)
-    old = {c.get("type"): c for c in previous}
-    wanted = [("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-              ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-              ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-              ("Ready", "True", "KubeletReady", "kubelet is posting ready status")]
-    conditions = []
-    for condition_type, status, reason, message in wanted:
-        before = old.get(condition_type) or {}
-        same = before.get("status") == status
-        conditions.append({
-            "type": condition_type, "status": status, "reason": reason, "message": message,
-            "lastHeartbeatTime": stamp if heartbeat_due or not same else before.get("lastHeartbeatTime", stamp),
-            "lastTransitionTime": before.get("lastTransitionTime", stamp) if same else stamp,
-        })
-    return conditions

@@ -1,4 +1,4 @@
-"""Invariant checker over the twin's records: `python -m gpulab.kube.checker DIR --max-unavailable K`.
+"""Invariant checker over the twin's records: `python -m gpulab.kube.sim.checker DIR --max-unavailable K`.
 
 It replays the change records of `DIR/kube-records.jsonl` (every object version the store committed, in
 order) and the node twin's `DIR/events.jsonl`, and answers:
@@ -15,10 +15,10 @@ import json
 import os
 import re
 import sys
-import time
 
-from .eviction import compute_pdb_status, controller_scale, eviction_refusal, pods_selected_by
-from .recorder import RECORDS_FILE, read_records
+from ..api.eviction import compute_pdb_status, controller_scale, eviction_refusal, pods_selected_by
+from ..api.recorder import RECORDS_FILE, read_records
+from ..api.timefmt import rfc3339
 
 EVENTS_FILE = "events.jsonl"
 _EVICTION_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
@@ -156,9 +156,7 @@ def check_records(records: list, node_events=(), max_unavailable=None) -> dict:
 
 
 def _utc(timestamp):
-    if timestamp is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp)) + ".%03dZ" % int((timestamp % 1) * 1000)
+    return None if timestamp is None else rfc3339(timestamp, digits=3)
 
 
 def _reboots(api_reboots: dict, node_events) -> dict:
@@ -188,7 +186,7 @@ def check_state_dir(state_dir: str, max_unavailable=None) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpulab.kube.checker",
+    parser = argparse.ArgumentParser(prog="python -m gpulab.kube.sim.checker",
                                      description="Check invariants over a gpulab state dir's records.")
     parser.add_argument("state_dir")
     parser.add_argument("--max-unavailable", type=int, default=None,

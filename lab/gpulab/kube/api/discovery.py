@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Dict, List, Optional, Tuple
 
-from .store import RESOURCES
+from .resources import RESOURCES
 
 SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gpulab", "gitCommit": "gpulab",
                   "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0",
