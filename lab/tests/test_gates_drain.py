@@ -212,5 +212,5 @@ def test_node_drain_evicts_the_same_pods_as_kubectl_drain(lab, ns):
     assert not result.get("failed"), result.get("msg")
     assert result["evicted"] == kubectl_pods(by_kubectl.stdout, "evicting")
     assert len(result["evicted"]) == 4
-    ignored_by_kubectl = re.search(r"ignoring DaemonSet-managed Pods: (\S+)", by_kubectl.stderr).group(1).split(",")
+    ignored_by_kubectl = re.search(r"ignoring DaemonSet-managed Pods: ([^\s;]+)", by_kubectl.stderr).group(1).split(",")
     assert [entry["pod"] for entry in result["ignored"]] == ignored_by_kubectl
