@@ -37,8 +37,8 @@ def _is_ready(pod):
 
 
 def _alive(pod):
-    return not _meta(pod).get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in ("Succeeded",
-                                                                                                       "Failed")
+    phase = (pod.get("status") or {}).get("phase")
+    return not _meta(pod).get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
 
 
 def plugin_pod(pods, daemonset, node_name):
@@ -72,8 +72,8 @@ def gpu_resources(node):
 def allocatable_restored(resources):
     """Every GPU resource the node has capacity for is allocatable again (and there is at least one device)."""
     capacity = resources["capacity"]
-    return sum(capacity.values()) > 0 and all(resources["allocatable"].get(name, 0) == count
-                                               for name, count in capacity.items())
+    allocatable = resources["allocatable"]
+    return sum(capacity.values()) > 0 and all(allocatable.get(name, 0) == count for name, count in capacity.items())
 
 
 def stale_ledger(resources):

@@ -114,8 +114,8 @@ def classify_pods(pods, ignore_daemonsets=True, delete_emptydir_data=False, forc
 def refusal_message(node_name, refused):
     """The failure message for pods a drain may not evict (nothing has been evicted yet)."""
     lines = ["%s (%s)" % (entry["pod"], entry["reason"]) for entry in refused]
-    return "cannot drain node %s, nothing was evicted: %d pod(s) refused: %s" % (node_name, len(refused),
-                                                                                  "; ".join(lines))
+    return "cannot drain node %s, nothing was evicted: %d pod(s) refused: %s" % (
+        node_name, len(refused), "; ".join(lines))
 
 
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------------
@@ -128,9 +128,8 @@ def pdbs_of_pod(pod, pdbs):
     """The PDBs of the pod's namespace whose selector matches its labels."""
     namespace = _meta(pod).get("namespace")
     labels = _meta(pod).get("labels") or {}
-    return [pdb for pdb in pdbs
-            if _meta(pdb).get("namespace") == namespace and _label_selector.matches((pdb.get("spec") or {})
-                                                                                    .get("selector"), labels)]
+    return [pdb for pdb in pdbs if _meta(pdb).get("namespace") == namespace
+            and _label_selector.matches((pdb.get("spec") or {}).get("selector"), labels)]
 
 
 def disruptions_allowed(pdb):
@@ -208,8 +207,8 @@ def timeout_reason(node_name, timeout, blocked):
     """The text of the failure and of the node's reason annotation when a drain times out."""
     parts = []
     for entry in blocked:
-        budgets = ", ".join("%s/%s (disruptionsAllowed %d)" % (pdb["namespace"], pdb["name"],
-                                                              pdb["disruptions_allowed"]) for pdb in entry["pdbs"])
+        budgets = ", ".join("%s/%s (disruptionsAllowed %d)" % (pdb["namespace"], pdb["name"], pdb["disruptions_allowed"])
+                            for pdb in entry["pdbs"])
         parts.append("%s%s: %s" % (entry["pod"], " blocked by PDB " + budgets if budgets else "", entry["message"]))
     return ("drain of %s timed out after %ss with %d pod(s) left; node left cordoned: %s"
             % (node_name, timeout, len(blocked), "; ".join(parts)))

@@ -11,7 +11,7 @@ short_description: Restart the NVIDIA device-plugin pod on the listed Kubernetes
 version_added: 0.1.0
 description:
   - The remedy for a node whose GPUs are in capacity but not allocatable after a kubelet restart (the device plugin
-    did not register again, a stale ledger): deletes the NVIDIA device-plugin pod on each listed node, waits until
+    did not register again, a stale ledger) - deletes the NVIDIA device-plugin pod on each listed node, waits until
     its DaemonSet's replacement pod on that node is Running and Ready, then (O(wait_allocatable)) until the node's
     C(nvidia.com/*) allocatable equals its capacity again.
   - Scoped to the listed nodes, in parallel; never a restart of the whole DaemonSet (C(kubectl rollout restart)
@@ -19,7 +19,7 @@ description:
   - The plugin pod is found by the DaemonSet's own selector and owner reference, not by a name pattern. When a
     listed node has no running plugin pod, the task fails before any pod is deleted.
   - Reports per node the GPU capacity and allocatable before and after.
-  - Runs on the controller (C(delegate_to: localhost)) and uses the C(kubernetes) Python client.
+  - Runs on the controller (C(delegate_to=localhost)) and uses the C(kubernetes) Python client.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
@@ -275,8 +275,8 @@ def main():
     if not nodes or any(not name for name in nodes):
         module.fail_json(msg="nodes must list at least one node name (there is no fleet-wide restart)")
     if len(set(nodes)) != len(nodes):
-        module.fail_json(msg="nodes lists a node twice: %s" % ", ".join(sorted(n for n in set(nodes)
-                                                                           if nodes.count(n) > 1)))
+        twice = sorted(name for name in set(nodes) if nodes.count(name) > 1)
+        module.fail_json(msg="nodes lists a node twice: %s" % ", ".join(twice))
     if module.params["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
     started = time.monotonic()

@@ -27,7 +27,7 @@ description:
   - Cordon bookkeeping - the first cordon records, in the node annotation C(gpuops.nvidia/cordon), when it was made
     and whether the node was already unschedulable before. V(uncordon) undoes only such a cordon of a node that was
     schedulable before; other cordoned nodes are left cordoned with a warning unless O(force).
-  - Runs on the controller (C(delegate_to: localhost)) and uses the C(kubernetes) Python client.
+  - Runs on the controller (C(delegate_to=localhost)) and uses the C(kubernetes) Python client.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
   - gpuops.nvidia.attributes

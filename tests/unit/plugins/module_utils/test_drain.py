@@ -211,7 +211,7 @@ def test_cordon_records_that_the_node_was_schedulable_and_why():
 
 def test_cordon_of_a_node_we_already_cordoned_is_a_no_op_and_keeps_the_first_record():
     first = _drain.cordon_patch(node(), "T1", "r")
-    cordoned = node(True, {key: value for key, value in first["metadata"]["annotations"].items()})
+    cordoned = node(True, dict(first["metadata"]["annotations"]))
     assert _drain.cordon_patch(cordoned, "T2", "r") is None
     assert _drain.cordon_patch(cordoned, "T2", "other reason") == {
         "metadata": {"annotations": {_drain.REASON_ANNOTATION: "other reason"}}}
