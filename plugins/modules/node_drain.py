@@ -509,10 +509,9 @@ def run_drain(module, api, core, node, reason, started, result):
     if not plan["evict"]:
         return
     result["changed"] = True
-    if len(plan["evict"]) > 10:
-        # one connection per parallel eviction plus the two watches (the client's default pool is 5 x CPUs)
-        size = min(MAX_PARALLEL_EVICTIONS, len(plan["evict"])) + 2
-        api.rest_client = k8s_rest.RESTClientObject(api.configuration, pools_size=1, maxsize=size)
+    # one connection per parallel eviction plus the two watches (the client's default pool is 5 x CPUs)
+    api.configuration.connection_pool_maxsize = min(MAX_PARALLEL_EVICTIONS, len(plan["evict"])) + 2
+    api.rest_client = k8s_rest.RESTClientObject(api.configuration)
     drain = Drain(module, api, name, plan["evict"], pdbs, pods_rv, pdbs_rv,
                   started + module.params["timeout"])
     pending = drain.run()
