@@ -40,11 +40,9 @@ from ansible.module_utils.basic import env_fallback, missing_required_lib
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
-    from kubernetes.client.rest import ApiException
 except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
     k8s_client = k8s_config = None
-    ApiException = None
 else:
     KUBERNETES_IMPORT_ERROR = None
 
@@ -148,9 +146,10 @@ def api_client_from_module(module):
 def status_of(error):
     """``(code, reason, message)`` of an API error: HTTP code, the Status ``reason`` (e.g. ``Conflict``,
     ``NotFound``, ``Expired``) and its ``message``; ``(None, None, str(error))`` for anything else."""
-    if ApiException is None or not isinstance(error, ApiException):
+    code = getattr(error, 'status', None)   # ApiException, or any error carrying an HTTP code and a Status body
+    if not isinstance(code, int) or isinstance(code, bool):
         return None, None, str(error)
-    return status_from_response(error.status, error.reason, error.body)
+    return status_from_response(code, getattr(error, 'reason', None), getattr(error, 'body', None))
 
 
 def status_from_response(code, http_reason, body):

@@ -137,6 +137,8 @@ elapsed:
   sample: 3.2
 """
 
+import functools
+import queue
 import threading
 import time
 
@@ -145,7 +147,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json, watch_events
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
 
 try:
     from kubernetes import client as k8s_client
@@ -178,14 +180,13 @@ def find_daemonset(module, apps):
 class NodeRestart:
     """Delete one node's plugin pod, then watch for its Ready replacement and the node's allocatable."""
 
-    def __init__(self, core, daemonset, node, pod, pods_rv, deadline, wait_allocatable):
+    def __init__(self, core, daemonset, node, pod, deadline, wait_allocatable):
         self.core = core
         self.daemonset = daemonset
         self.namespace = daemonset["metadata"]["namespace"]
         self.selector = _device_plugin.pod_selector(daemonset)
         self.node_name = node["metadata"]["name"]
         self.pod = pod
-        self.pods_rv = pods_rv
         self.deadline = deadline
         self.wait_allocatable = wait_allocatable
         self.report = {"node": self.node_name, "deleted_pod": pod["metadata"]["name"], "new_pod": None,
@@ -196,48 +197,52 @@ class NodeRestart:
     def remaining(self):
         return self.deadline - time.monotonic()
 
+    def _wait(self, key, list_call, satisfied):
+        """Follow ``list_call``'s objects (list + watch) until ``satisfied(objects)`` or the deadline."""
+        events = queue.Queue()
+        watcher = ListWatch(key, list_call, events).start(time.time() + self.remaining())
+        objects = {}
+        try:
+            while self.remaining() > 0:
+                try:
+                    _key, kind, payload = events.get(timeout=min(1.0, max(0.01, self.remaining())))
+                except queue.Empty:
+                    continue
+                if kind == "FAILED":
+                    raise RuntimeError(payload)
+                if kind == "SYNC":
+                    objects = {item["metadata"]["uid"]: item for item in payload}
+                elif kind == "DELETED":
+                    objects.pop(payload["metadata"]["uid"], None)
+                else:
+                    objects[payload["metadata"]["uid"]] = payload
+                if satisfied(list(objects.values())):
+                    return True
+            return False
+        finally:
+            watcher.stop()
+
+    def _replacement_ready(self, pods):
+        found = _device_plugin.replacement(pods, self.daemonset, self.node_name, self.pod["metadata"]["uid"])
+        if found:
+            self.report.update(new_pod=found["pod"], ready=found["ready"])
+        return bool(found and found["ready"])
+
+    def _allocatable_back(self, nodes):
+        for node in nodes:
+            self.resources = _device_plugin.gpu_resources(node)
+        return _device_plugin.allocatable_restored(self.resources)
+
     def _wait_for_pod(self):
-        done = threading.Event()
-        field_selector = "spec.nodeName=" + self.node_name
-
-        def check(pods):
-            found = _device_plugin.replacement(pods, self.daemonset, self.node_name, self.pod["metadata"]["uid"])
-            if found:
-                self.report.update(new_pod=found["pod"], ready=found["ready"])
-                if found["ready"]:
-                    done.set()
-
-        def relist():
-            items, rv = list_json(self.core.list_namespaced_pod, namespace=self.namespace,
-                                  label_selector=self.selector, field_selector=field_selector)
-            check(items)
-            return rv
-
-        watch_events(self.core.list_namespaced_pod, self.pods_rv, lambda kind, pod: check([pod]) if kind != "DELETED"
-                     else None, relist, done, self.remaining, namespace=self.namespace, label_selector=self.selector,
-                     field_selector=field_selector)
-        return done.is_set()
+        return self._wait("pods", functools.partial(self.core.list_namespaced_pod, self.namespace,
+                                                    label_selector=self.selector,
+                                                    field_selector="spec.nodeName=" + self.node_name),
+                          self._replacement_ready)
 
     def _wait_for_allocatable(self):
-        done = threading.Event()
-        field_selector = "metadata.name=" + self.node_name
-
-        def check(node):
-            self.resources = _device_plugin.gpu_resources(node)
-            if _device_plugin.allocatable_restored(self.resources):
-                done.set()
-
-        def relist():
-            items, rv = list_json(self.core.list_node, field_selector=field_selector)
-            for node in items:
-                check(node)
-            return rv
-
-        rv = relist()
-        if not done.is_set():
-            watch_events(self.core.list_node, rv, lambda kind, node: check(node), relist, done, self.remaining,
-                         field_selector=field_selector)
-        return done.is_set()
+        return self._wait("node", functools.partial(self.core.list_node,
+                                                    field_selector="metadata.name=" + self.node_name),
+                          self._allocatable_back)
 
     def run(self):
         try:
@@ -286,8 +291,8 @@ def main():
     namespace = daemonset["metadata"]["namespace"]
     result = dict(changed=False, daemonset="%s/%s" % (namespace, daemonset["metadata"]["name"]), nodes=[])
     try:
-        pods, pods_rv = list_json(core.list_namespaced_pod, namespace=namespace,
-                                  label_selector=_device_plugin.pod_selector(daemonset))
+        pods = list_json(core.list_namespaced_pod, namespace=namespace,
+                         label_selector=_device_plugin.pod_selector(daemonset))[0]
         node_objects = [core.api_client.sanitize_for_serialization(core.read_node(name)) for name in nodes]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "read the nodes and the plugin pods"), **result)
@@ -295,7 +300,7 @@ def main():
     without = [name for name, pod in plugin_pods.items() if pod is None]
     if without:
         module.fail_json(msg=_device_plugin.missing_pods_message(daemonset, without), **result)
-    restarts = [NodeRestart(core, daemonset, node, plugin_pods[node["metadata"]["name"]], pods_rv,
+    restarts = [NodeRestart(core, daemonset, node, plugin_pods[node["metadata"]["name"]],
                             started + module.params["timeout"], module.params["wait_allocatable"])
                 for node in node_objects]
     befores = {restart.node_name: restart.resources for restart in restarts}

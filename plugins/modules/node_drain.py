@@ -211,7 +211,8 @@ elapsed:
   sample: 12.804
 """
 
-import datetime
+import functools
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -221,7 +222,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _drain
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json, watch_events
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
 
 try:
     from kubernetes import client as k8s_client
@@ -233,10 +235,6 @@ MAX_PARALLEL_EVICTIONS = 32
 PDB_RETRY_CAP_S = 5.0
 
 
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class BudgetGate:
     """The PodDisruptionBudgets as a watch shows them; evictions a budget refused wait here for a disruption.
 
@@ -245,8 +243,15 @@ class BudgetGate:
 
     def __init__(self, pdbs):
         self._condition = threading.Condition()
-        self.pdbs = {_drain.pdb_key(pdb): pdb for pdb in pdbs}
-        self._tokens = {key: _drain.disruptions_allowed(pdb) for key, pdb in self.pdbs.items()}
+        self.pdbs = {}
+        self._tokens = {}
+        self.sync(pdbs)
+
+    def sync(self, pdbs):
+        with self._condition:
+            self.pdbs = {_drain.pdb_key(pdb): pdb for pdb in pdbs}
+            self._tokens = {key: _drain.disruptions_allowed(pdb) for key, pdb in self.pdbs.items()}
+            self._condition.notify_all()
 
     def update(self, event_type, pdb):
         key = _drain.pdb_key(pdb)
@@ -282,30 +287,28 @@ class BudgetGate:
 
 
 class Drain:
-    """One drain: parallel evictions with PDB-aware retries, and a watch that sees the pods go."""
+    """One drain: parallel evictions with PDB-aware retries; a list+watch of the node's pods sees them go and one of
+    the PodDisruptionBudgets wakes the evictions they refused. Watches and evictions report on one queue."""
 
-    def __init__(self, module, api, node_name, pods, pdbs, pods_rv, pdbs_rv, deadline):
-        self.module = module
+    def __init__(self, module, api, node_name, pods, pdbs, deadline):
         self.params = module.params
+        self.api = api
         self.core = k8s_client.CoreV1Api(api)
-        self.policy = k8s_client.PolicyV1Api(api)
         self.node_name = node_name
         self.pods = {_drain.pod_key(pod): pod for pod in pods}
         self.pending = {key: pod["metadata"]["uid"] for key, pod in self.pods.items()}
-        self.evicted = []
-        self.errors = {}          # pod key -> message of a refusal that is not retried
+        self.evicted = set()
+        self.errors = {}          # pod key (or watch name) -> message of a failure that is not retried
         self.last_answer = {}     # pod key -> last message of a refused eviction
         self.gate = BudgetGate(pdbs)
-        self.pods_rv = pods_rv
-        self.pdbs_rv = pdbs_rv
         self.deadline = deadline
         self.stop = threading.Event()
-        self.changed = threading.Condition()
+        self.events = queue.Queue()
 
     def remaining(self):
         return self.deadline - time.monotonic()
 
-    # --- evictions ---------------------------------------------------------------------------------------------
+    # --- evictions (worker threads) ----------------------------------------------------------------------------
     def _delete_options(self, uid):
         return k8s_client.V1DeleteOptions(grace_period_seconds=self.params["grace_period"],
                                           preconditions=k8s_client.V1Preconditions(uid=uid))
@@ -326,93 +329,74 @@ class Drain:
         while not self.stop.is_set() and self.remaining() > 0:
             try:
                 self._evict_once(pod)
-                outcome = "done"
+                self.events.put(("eviction", "EVICTED", key))
+                return
             except Exception as error:       # ApiException, connection errors
                 code, reason, message = status_of(error)
+                # 409: the UID precondition failed, the pod of that UID is gone
                 outcome = "gone" if code == 409 else _drain.eviction_outcome(code, reason)
-                if outcome in ("retry", "error"):
-                    self.last_answer[key] = message if code is None else "%s (HTTP %s)" % (message, code)
-                if outcome == "error":
-                    with self.changed:
-                        self.errors[key] = api_error_message(error, "evict %s" % key)
-                        self.changed.notify_all()
+                if outcome == "gone":
+                    self.events.put(("eviction", "GONE", key))
                     return
-            if outcome == "done":
-                with self.changed:
-                    self.evicted.append(key)
-                return
-            if outcome == "gone":
-                self._mark_gone({key})
-                return
+                self.last_answer[key] = message if code is None else "%s (HTTP %s)" % (message, code)
+                if outcome == "error":
+                    self.events.put(("eviction", "ERROR", (key, api_error_message(error, "evict %s" % key))))
+                    return
             attempt += 1
             if budgets:
                 self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop)
             else:
                 self.stop.wait(min(_drain.retry_delay(attempt), max(0.0, self.remaining())))
 
-    # --- watches -----------------------------------------------------------------------------------------------
-    def _mark_gone(self, keys):
-        with self.changed:
-            for key in keys:
+    # --- the whole run (main thread: the only reader of the queue) ---------------------------------------------
+    def _apply(self, source, kind, payload):
+        if source == "eviction":
+            if kind == "EVICTED":
+                self.evicted.add(payload)
+            elif kind == "GONE":
+                self.pending.pop(payload, None)
+            else:
+                self.errors[payload[0]] = payload[1]
+        elif kind == "FAILED":
+            self.errors[source] = payload
+        elif source == "pods":
+            gone = _drain.gone_after_list(payload, self.pending) if kind == "SYNC" else \
+                _drain.gone_after_event(kind, payload, self.pending)
+            for key in gone:
                 self.pending.pop(key, None)
-            self.changed.notify_all()
+        elif kind == "SYNC":
+            self.gate.sync(payload)
+        else:
+            self.gate.update(kind, payload)
 
-    def _watch_pods(self):
-        def relist():
-            items, rv = list_json(self.core.list_pod_for_all_namespaces,
-                                  field_selector="spec.nodeName=" + self.node_name)
-            with self.changed:
-                gone = _drain.gone_after_list(items, self.pending)
-            self._mark_gone(gone)
-            return rv
-
-        def on_event(event_type, pod):
-            with self.changed:
-                gone = _drain.gone_after_event(event_type, pod, self.pending)
-            if gone:
-                self._mark_gone(gone)
-
-        watch_events(self.core.list_pod_for_all_namespaces, self.pods_rv, on_event, relist, self.stop,
-                     self.remaining, field_selector="spec.nodeName=" + self.node_name)
-
-    def _watch_pdbs(self):
-        def relist():
-            items, rv = list_json(self.policy.list_pod_disruption_budget_for_all_namespaces)
-            for pdb in items:
-                self.gate.update("MODIFIED", pdb)
-            return rv
-
-        watch_events(self.policy.list_pod_disruption_budget_for_all_namespaces, self.pdbs_rv, self.gate.update,
-                     relist, self.stop, self.remaining)
-
-    def _watch(self, target):
-        try:
-            target()
-        except Exception as error:     # a broken watch must not hang the drain: evictions retry on their own
-            with self.changed:
-                self.errors.setdefault("watch", api_error_message(error, "watch"))
-                self.changed.notify_all()
-
-    # --- the whole run -----------------------------------------------------------------------------------------
     def run(self):
         """Evict every pod and wait until they are gone or the deadline passes; returns the keys still pending."""
-        watchers = [threading.Thread(target=self._watch, args=(target,), daemon=True)
-                    for target in (self._watch_pods, self._watch_pdbs)]
+        until = time.time() + self.remaining()
+        watchers = [
+            ListWatch("pods", functools.partial(self.core.list_pod_for_all_namespaces,
+                                                field_selector="spec.nodeName=" + self.node_name), self.events),
+            ListWatch("pdbs", k8s_client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+                      self.events)]
         for watcher in watchers:
-            watcher.start()
-        workers = max(1, min(MAX_PARALLEL_EVICTIONS, len(self.pods)))
-        executor = ThreadPoolExecutor(max_workers=workers)
+            watcher.start(until)
+        executor = ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_EVICTIONS, len(self.pods))))
         for key in sorted(self.pods):
             executor.submit(self.evict, key)
-        with self.changed:
-            while True:
-                waiting = [key for key in self.pending if key not in self.errors]
-                if not waiting or self.remaining() <= 0 or "watch" in self.errors:
-                    break
-                self.changed.wait(min(0.5, max(0.01, self.remaining())))
-        self.stop.set()
-        self.gate.wake_all()
-        executor.shutdown(wait=True)
+        try:
+            while any(key not in self.errors for key in self.pending) and self.remaining() > 0 \
+                    and "pods" not in self.errors:
+                try:
+                    self._apply(*self.events.get(timeout=min(1.0, max(0.01, self.remaining()))))
+                except queue.Empty:
+                    continue
+        finally:
+            self.stop.set()
+            self.gate.wake_all()
+            for watcher in watchers:
+                watcher.stop()
+            executor.shutdown(wait=True)
+        while not self.events.empty():
+            self._apply(*self.events.get_nowait())
         return sorted(self.pending)
 
 
@@ -445,20 +429,20 @@ def missing_daemonsets(module, apps, pods):
 def list_node_pods(module, core, name):
     try:
         return list_json(core.list_pod_for_all_namespaces, field_selector="spec.nodeName=" + name,
-                         label_selector=module.params["pod_selector"] or None)
+                         label_selector=module.params["pod_selector"] or None)[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list the pods of node %s" % name))
 
 
 def list_pdbs(module, policy):
     try:
-        return list_json(policy.list_pod_disruption_budget_for_all_namespaces)
+        return list_json(policy.list_pod_disruption_budget_for_all_namespaces)[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list PodDisruptionBudgets"))
 
 
 def cordon(module, core, node, reason, result):
-    patch = _drain.cordon_patch(node, utc_now(), reason)
+    patch = _drain.cordon_patch(node, format_time(time.time()), reason)
     if patch is None:
         return node, False
     if module.check_mode or module.params["dry_run"]:
@@ -486,7 +470,7 @@ def run_drain(module, api, core, node, reason, started, result):
     record_before = _drain.cordon_record(node)
     node, result["changed"] = cordon(module, core, node, reason, result)
     result["unschedulable"] = True
-    pods, pods_rv = list_node_pods(module, core, name)
+    pods = list_node_pods(module, core, name)
     plan = _drain.classify_pods(pods, ignore_daemonsets=module.params["ignore_daemonsets"],
                                 delete_emptydir_data=module.params["delete_emptydir_data"],
                                 force=module.params["force"], missing_daemonsets=missing_daemonsets(module, apps, pods))
@@ -500,7 +484,7 @@ def run_drain(module, api, core, node, reason, started, result):
             bool(undo.get("spec") is None and _drain.is_unschedulable(node))
         result["changed"] = False
         module.fail_json(msg=_drain.refusal_message(name, plan["refused"]), **result)
-    pdbs, pdbs_rv = list_pdbs(module, policy)
+    pdbs = list_pdbs(module, policy)
     if dry_run:
         report = _drain.budget_report(plan["evict"], pdbs)
         result.update(blocked=report["blocked"], pdbs=report["pdbs"])
@@ -512,17 +496,14 @@ def run_drain(module, api, core, node, reason, started, result):
     # one connection per parallel eviction plus the two watches (the client's default pool is 5 x CPUs)
     api.configuration.connection_pool_maxsize = min(MAX_PARALLEL_EVICTIONS, len(plan["evict"])) + 2
     api.rest_client = k8s_rest.RESTClientObject(api.configuration)
-    drain = Drain(module, api, name, plan["evict"], pdbs, pods_rv, pdbs_rv,
-                  started + module.params["timeout"])
+    drain = Drain(module, api, name, plan["evict"], pdbs, started + module.params["timeout"])
     pending = drain.run()
-    result["evicted"] = sorted(key for key in drain.evicted if key not in pending)
-    gone_unasked = set(result["pods_to_evict"]) - set(pending) - set(drain.evicted)
-    result["evicted"] = sorted(set(result["evicted"]) | gone_unasked)
+    result["evicted"] = sorted(set(result["pods_to_evict"]) - set(pending))
     if not pending:
         return
     pending_pods = [drain.pods[key] for key in pending]
     result["blocked"] = _drain.blocked_pods(pending_pods, drain.gate.current(), drain.last_answer)
-    errors = {key: message for key, message in drain.errors.items() if key in pending or key == "watch"}
+    errors = {key: message for key, message in drain.errors.items() if key in pending or key in ("pods", "pdbs")}
     if errors:
         message = "drain of %s failed, node left cordoned: %s" % (name, "; ".join(errors[key] for key in sorted(errors)))
     else:
