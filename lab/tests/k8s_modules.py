@@ -65,12 +65,21 @@ def eventually(check, timeout_s=30.0, what="condition"):
         time.sleep(0.2)
 
 
+def _records(lab):
+    with open(os.path.join(lab.state_dir, "kube-records.jsonl")) as handle:
+        return [json.loads(line) for line in handle if line.strip().endswith("}")]
+
+
+def changes_since(lab, since, resource):
+    """The object changes (``event``, ``object``) of one resource the twin recorded after ``since``."""
+    return [record for record in _records(lab)
+            if record.get("record") == "change" and record["ts"] >= since and record["resource"] == resource]
+
+
 def requests_since(lab, since, user_agent=None):
     """The API requests the twin recorded after ``since`` (time.time()), optionally of one client only."""
     found = []
-    with open(os.path.join(lab.state_dir, "kube-records.jsonl")) as handle:
-        records = [json.loads(line) for line in handle if line.strip().endswith("}")]
-    for record in records:
+    for record in _records(lab):
         if record.get("record") == "request" and record["ts"] >= since and \
                 (user_agent is None or (record.get("user_agent") or "").startswith(user_agent)):
             found.append(record)

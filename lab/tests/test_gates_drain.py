@@ -14,7 +14,7 @@ import pytest
 
 from conftest import collections_path, start_lab, stop_lab
 from k8s_modules import (KUBECTL, bare_pod, deployment, eventually, get_json, kubectl, namespace, pdb, place_on,
-                         pods_on, requests_since, run_module)
+                         pods_on, requests_since, run_module, changes_since)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL) or collections_path() is None,
                                 reason="needs /usr/bin/kubectl and the collection on ANSIBLE_COLLECTIONS_PATH")
@@ -110,11 +110,19 @@ def test_emptydir_and_unreplicated_pods_are_refused_before_any_eviction(lab, ns)
     assert CORDON not in node["metadata"].get("annotations", {})
     assert len(pods_on(lab, "gpu-node-02", ns)) == 3
 
+    since = time.time()
     allowed = run_module(lab, "node_drain", {"name": "gpu-node-02", "force": True, "delete_emptydir_data": True,
                                              "grace_period": 0})
     assert not allowed.get("failed"), allowed.get("msg")
     assert set(allowed["evicted"]) == set(refused) | {key for key in allowed["pods_to_evict"] if "/web-" in key}
     assert pods_on(lab, "gpu-node-02", ns) == {}
+    # grace_period 0 is sent (kubernetes.core's k8s_drain drops it): the pods (terminationGracePeriodSeconds 30) are
+    # deleted at once, never seen terminating
+    evicted = set(allowed["evicted"])
+    changes = [change for change in changes_since(lab, since, "pods")
+               if "%s/%s" % (change["namespace"], change["name"]) in evicted]
+    assert {"%s/%s" % (c["namespace"], c["name"]) for c in changes if c["event"] == "DELETED"} == evicted
+    assert not [c for c in changes if c["event"] == "MODIFIED" and c["object"]["metadata"].get("deletionTimestamp")]
 
 
 def test_timeout_leaves_the_node_cordoned_and_explained(lab, ns):

@@ -234,6 +234,20 @@ def eviction_outcome(status_code, reason=None):
     return "error"
 
 
+def refusal_text(message, code, body):
+    """One line for a refused eviction: the Status message, the cause a PodDisruptionBudget gives (``The disruption
+    budget web needs 2 healthy pods and has 2 currently``) when the body carries one, and the HTTP code."""
+    causes = []
+    try:
+        status = json.loads(body) if body else {}
+        causes = [cause.get("message") for cause in ((status.get("details") or {}).get("causes") or [])
+                  if cause.get("reason") == "DisruptionBudget" and cause.get("message")]
+    except (ValueError, AttributeError, TypeError):
+        pass
+    text = message if not causes else "%s %s" % (message, "; ".join(causes))
+    return text if code is None else "%s (HTTP %s)" % (text, code)
+
+
 def retry_delay(attempt, cap=5.0):
     """Seconds to wait before eviction attempt ``attempt`` (1 = first retry): 0.5, 1, 2, 4, 5, 5 ...
 

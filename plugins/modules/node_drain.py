@@ -338,7 +338,7 @@ class Drain:
                 if outcome == "gone":
                     self.events.put(("eviction", "GONE", key))
                     return
-                self.last_answer[key] = message if code is None else "%s (HTTP %s)" % (message, code)
+                self.last_answer[key] = _drain.refusal_text(message, code, getattr(error, "body", None))
                 if outcome == "error":
                     self.events.put(("eviction", "ERROR", (key, api_error_message(error, "evict %s" % key))))
                     return

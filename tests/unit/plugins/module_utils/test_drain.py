@@ -246,3 +246,16 @@ def test_undo_cordon_after_a_refusal_restores_what_this_run_changed():
     prior = node(True, _drain.cordon_patch(node(True), "T", "r")["metadata"]["annotations"])
     assert "spec" not in _drain.undo_cordon_patch(prior, None)
     assert _drain.undo_cordon_patch(cordoned, {"by": _drain.CORDONED_BY}) is None
+
+
+def test_refusal_text_carries_the_budget_cause_of_the_429_status():
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
+                       "reason": "TooManyRequests",
+                       "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                       "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web "
+                                               "needs 2 healthy pods and has 2 currently"}]}})
+    assert _drain.refusal_text("Cannot evict pod as it would violate the pod's disruption budget.", 429, body) == (
+        "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget web needs 2 healthy "
+        "pods and has 2 currently (HTTP 429)")
+    assert _drain.refusal_text("connection refused", None, None) == "connection refused"
+    assert _drain.refusal_text("Too Many Requests", 429, "<html>") == "Too Many Requests (HTTP 429)"
