@@ -47,6 +47,9 @@ else:
     KUBERNETES_IMPORT_ERROR = None
 
 
+USER_AGENT = 'gpuops.nvidia'
+
+
 def _env(*names):
     return (env_fallback, list(names))
 
@@ -104,6 +107,7 @@ def build_api_client(params):
         raise K8sConfigError('cannot load kubeconfig: %s' % error)
     _apply_overrides(configuration, params)
     api = k8s_client.ApiClient(configuration)
+    api.user_agent = '%s %s' % (USER_AGENT, api.user_agent)   # the API server's audit log names the collection
     if params.get('impersonate_user'):
         api.set_default_header('Impersonate-User', params['impersonate_user'])
     groups = params.get('impersonate_groups') or []

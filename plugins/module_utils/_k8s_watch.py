@@ -77,7 +77,7 @@ class ListWatch:
     def _run(self, deadline):
         failures = 0
         resource_version = None
-        while not self._stopped.is_set() and time.time() < deadline:
+        while not self._stopped.is_set() and (time.time() < deadline or resource_version is None):
             try:
                 if resource_version is None:
                     resource_version = self._list()

@@ -12,7 +12,7 @@ when every check passed) so ``stable_seconds`` and "a Ready condition after the 
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time, parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_micro_time, format_time, parse_time
 
 DRA = 'dra'
 DRA_DRIVER = 'gpu.nvidia.com'
@@ -222,7 +222,7 @@ class NodeTracker:
                     state['problems'].append(_problem('not_stable', 'every check passes since %s; waiting until it '
                                                       'held %ss' % (format_time(since), self.stable_seconds)))
         state['satisfied'] = self.satisfied_at is not None
-        state['satisfied_at'] = format_time(self.satisfied_at) if self.satisfied_at is not None else None
+        state['satisfied_at'] = format_micro_time(self.satisfied_at) if self.satisfied_at is not None else None
         if state['satisfied']:
             state['problems'] = []
         self.state = state

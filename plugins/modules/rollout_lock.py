@@ -168,10 +168,11 @@ ANSIBLE_COMMANDS = ('ansible-playbook', 'ansible', 'ansible-runner')
 
 
 def run_id():
-    """``run-PID.START`` of the nearest ansible-playbook/ansible ancestor process (its PID and start time in clock
-    ticks, unique across PID reuse); ``run-PPID`` when none is found (no /proc, or not run by Ansible locally)."""
-    pid = os.getppid()
-    for dummy in range(16):
+    """``run-PID.START`` of the ansible-playbook/ansible process this task runs under (its PID and start time in
+    clock ticks, unique across PID reuse): the topmost of the ancestors running it, since each task runs in a
+    forked worker with the same command line. ``run-PPID`` when none is found (no /proc, or not run locally)."""
+    pid, found = os.getppid(), None
+    for dummy in range(32):
         try:
             with open('/proc/%d/cmdline' % pid, 'rb') as stream:
                 argv = stream.read().split(b'\0')
@@ -181,11 +182,13 @@ def run_id():
             break
         names = [os.path.basename(part.decode('utf-8', 'replace')) for part in argv[:2]]
         if any(name in ANSIBLE_COMMANDS for name in names):
-            return 'run-%d.%s' % (pid, fields[19])
+            found = 'run-%d.%s' % (pid, fields[19])
+        elif found:
+            break
         pid = int(fields[1])
         if pid <= 1:
             break
-    return 'run-%d' % os.getppid()
+    return found or 'run-%d' % os.getppid()
 
 
 def read_lease(module, coordination, name, namespace):

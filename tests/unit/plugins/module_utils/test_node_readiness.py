@@ -10,7 +10,7 @@ import os
 
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time, parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_micro_time, format_time, parse_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import (
     NodeTracker, check_node, diagnosis, dra_api_version, dra_gpu_count, summary)
 
@@ -145,7 +145,7 @@ def test_tracker_waits_stable_seconds_from_the_later_of_ready_and_first_pass():
     assert tracker.due_at() == READY_AT + 12
     assert not tracker.observe(TWIN_NODE, READY_AT + 11)["satisfied"]
     done = tracker.observe(TWIN_NODE, READY_AT + 12)
-    assert done["satisfied"] and done["satisfied_at"] == format_time(READY_AT + 12) and done["problems"] == []
+    assert done["satisfied"] and done["satisfied_at"] == format_micro_time(READY_AT + 12) and done["problems"] == []
 
 
 def test_tracker_restarts_the_stable_clock_when_a_check_fails_meanwhile():
