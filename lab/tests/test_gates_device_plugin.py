@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
-from k8s_modules import KUBECTL, eventually, get_json, requests_since, run_module
+from gates_helpers import KUBECTL, eventually, get_json, requests, run_in_playbook
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL) or collections_path() is None,
                                 reason="needs /usr/bin/kubectl and the collection on ANSIBLE_COLLECTIONS_PATH")
@@ -46,13 +46,13 @@ def test_stale_ledger_repaired_on_the_faulty_node_only(lab):
     eventually(lambda: allocatable(lab)["gpu-node-02"] == 0, what="allocatable 0 on gpu-node-02")
     before = plugin_pods(lab)
 
-    checked = run_module(lab, "device_plugin_restart", {"nodes": ["gpu-node-02"]}, check_mode=True)
+    checked = run_in_playbook(lab, "device_plugin_restart", {"nodes": ["gpu-node-02"]}, check_mode=True)
     assert not checked.get("failed"), checked.get("msg")
     [entry] = checked["nodes"]
     assert entry["deleted_pod"] == before["gpu-node-02"][0] and entry["stale_ledger"] and not entry["restored"]
     assert plugin_pods(lab) == before and allocatable(lab)["gpu-node-02"] == 0
 
-    result = run_module(lab, "device_plugin_restart", {"nodes": ["gpu-node-02"], "timeout": 60})
+    result = run_in_playbook(lab, "device_plugin_restart", {"nodes": ["gpu-node-02"], "timeout": 60})
     assert not result.get("failed"), result.get("msg")
     assert result["daemonset"] == "kube-system/nvidia-device-plugin-daemonset"
     [entry] = result["nodes"]
@@ -69,12 +69,12 @@ def test_stale_ledger_repaired_on_the_faulty_node_only(lab):
 def test_nothing_is_deleted_when_a_listed_node_has_no_plugin_pod_or_the_daemonset_is_elsewhere(lab):
     before = plugin_pods(lab)
     since = time.time()
-    unknown = run_module(lab, "device_plugin_restart", {"nodes": ["gpu-node-01", "gpu-node-09"]})
+    unknown = run_in_playbook(lab, "device_plugin_restart", {"nodes": ["gpu-node-01", "gpu-node-09"]})
     assert unknown["failed"] and "gpu-node-09" in unknown["msg"]
-    operator = run_module(lab, "device_plugin_restart", {"nodes": ["gpu-node-01"], "namespace": "gpu-operator"})
+    operator = run_in_playbook(lab, "device_plugin_restart", {"nodes": ["gpu-node-01"], "namespace": "gpu-operator"})
     assert operator["failed"]
     assert operator["msg"] == "no DaemonSet nvidia-device-plugin-daemonset in namespace gpu-operator"
-    empty = run_module(lab, "device_plugin_restart", {"nodes": []})
+    empty = run_in_playbook(lab, "device_plugin_restart", {"nodes": []})
     assert empty["failed"] and "there is no fleet-wide restart" in empty["msg"]
-    assert [record for record in requests_since(lab, since) if record["method"] == "DELETE"] == []
+    assert [record for record in requests(lab.state_dir, since) if record["method"] == "DELETE"] == []
     assert plugin_pods(lab) == before

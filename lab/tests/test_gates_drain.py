@@ -13,8 +13,8 @@ import time
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
-from k8s_modules import (KUBECTL, bare_pod, deployment, eventually, get_json, kubectl, namespace, pdb, place_on,
-                         pods_on, requests_since, run_module, changes_since)
+from gates_helpers import (KUBECTL, bare_pod, changes_since, deployment, eventually, get_json, kubectl, pdb, place_on,
+                          pods_on, requests, run_in_playbook)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL) or collections_path() is None,
                                 reason="needs /usr/bin/kubectl and the collection on ANSIBLE_COLLECTIONS_PATH")
@@ -67,12 +67,12 @@ def test_drain_waits_on_a_pdb_that_first_blocks_then_allows(lab, ns):
     web = sorted(pods_on(lab, "gpu-node-01", ns))
     assert len(web) == 3
     since = time.time()
-    result = run_module(lab, "node_drain", {"name": "gpu-node-01", "timeout": 90})
+    result = run_in_playbook(lab, "node_drain", {"name": "gpu-node-01", "timeout": 90})
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] and result["unschedulable"]
     assert result["evicted"] == web and result["blocked"] == [] and result["refused"] == []
     assert [entry["reason"] for entry in result["ignored"]] == ["DaemonSet-managed"]
-    codes = [record["code"] for record in evictions(requests_since(lab, since)) if "/namespaces/%s/" % ns in
+    codes = [record["code"] for record in evictions(requests(lab.state_dir, since)) if "/namespaces/%s/" % ns in
              record["path"]]
     assert 429 in codes, "the PDB (minAvailable 2 of 3) never refused an eviction: %s" % codes
     assert codes.count(201) == 3
@@ -85,7 +85,7 @@ def test_drain_waits_on_a_pdb_that_first_blocks_then_allows(lab, ns):
     report = no_pdb_violation(lab)
     assert report.get("pdb_violations") == [], report
 
-    uncordon = run_module(lab, "node_drain", {"name": "gpu-node-01", "state": "uncordon"})
+    uncordon = run_in_playbook(lab, "node_drain", {"name": "gpu-node-01", "state": "uncordon"})
     assert uncordon["changed"] and uncordon["uncordoned"]
     node = node_json(lab, "gpu-node-01")
     assert not node["spec"].get("unschedulable") and CORDON not in node["metadata"].get("annotations", {})
@@ -99,19 +99,19 @@ def test_emptydir_and_unreplicated_pods_are_refused_before_any_eviction(lab, ns)
     eventually(lambda: len(pods_on(lab, "gpu-node-02", ns)) == 3, what="3 pods on gpu-node-02")
     cache = next(key for key in pods_on(lab, "gpu-node-02", ns) if "/cache-" in key)
     since = time.time()
-    result = run_module(lab, "node_drain", {"name": "gpu-node-02"})
+    result = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02"})
     assert result["failed"] and "nothing was evicted" in result["msg"]
     refused = {entry["pod"]: entry["reason"] for entry in result["refused"]}
     assert set(refused) == {cache, ns + "/bare"}
     assert "delete_emptydir_data" in refused[cache] and "force" in refused[ns + "/bare"]
-    assert evictions(requests_since(lab, since)) == []
+    assert evictions(requests(lab.state_dir, since)) == []
     node = node_json(lab, "gpu-node-02")
     assert not node["spec"].get("unschedulable"), "the cordon of the refused drain was not undone"
     assert CORDON not in node["metadata"].get("annotations", {})
     assert len(pods_on(lab, "gpu-node-02", ns)) == 3
 
     since = time.time()
-    allowed = run_module(lab, "node_drain", {"name": "gpu-node-02", "force": True, "delete_emptydir_data": True,
+    allowed = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02", "force": True, "delete_emptydir_data": True,
                                              "grace_period": 0})
     assert not allowed.get("failed"), allowed.get("msg")
     assert set(allowed["evicted"]) == set(refused) | {key for key in allowed["pods_to_evict"] if "/web-" in key}
@@ -130,7 +130,7 @@ def test_timeout_leaves_the_node_cordoned_and_explained(lab, ns):
     try:
         eventually(lambda: any(pod["status"].get("phase") == "Running" for pod in
                                pods_on(lab, "gpu-node-03", "gpulab-faults").values()), what="the pdb-block pod")
-        result = run_module(lab, "node_drain", {"name": "gpu-node-03", "timeout": 5})
+        result = run_in_playbook(lab, "node_drain", {"name": "gpu-node-03", "timeout": 5})
         assert result["failed"]
         assert result["msg"].startswith("drain of gpu-node-03 timed out after 5s with 1 pod(s) left; node left "
                                         "cordoned")
@@ -149,22 +149,22 @@ def test_timeout_leaves_the_node_cordoned_and_explained(lab, ns):
 
 def test_uncordon_respects_a_cordon_made_before_ours(lab, ns):
     kubectl(lab, "cordon", "gpu-node-02")
-    cordon = run_module(lab, "node_drain", {"name": "gpu-node-02", "state": "cordon", "reason": "driver upgrade"})
+    cordon = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02", "state": "cordon", "reason": "driver upgrade"})
     assert cordon["changed"]
     annotations = node_json(lab, "gpu-node-02")["metadata"]["annotations"]
     assert json.loads(annotations[CORDON])["was_unschedulable"] is True and annotations[REASON] == "driver upgrade"
-    again = run_module(lab, "node_drain", {"name": "gpu-node-02", "state": "cordon", "reason": "driver upgrade"})
+    again = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02", "state": "cordon", "reason": "driver upgrade"})
     assert not again["changed"]
 
-    uncordon = run_module(lab, "node_drain", {"name": "gpu-node-02", "state": "uncordon"})
+    uncordon = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02", "state": "uncordon"})
     assert not uncordon["uncordoned"] and uncordon["unschedulable"]
     assert any("already cordoned before" in warning for warning in uncordon.get("warnings", []))
     node = node_json(lab, "gpu-node-02")
     assert node["spec"]["unschedulable"] is True and CORDON not in node["metadata"]["annotations"]
 
-    foreign = run_module(lab, "node_drain", {"name": "gpu-node-02", "state": "uncordon"})
+    foreign = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02", "state": "uncordon"})
     assert not foreign["changed"] and any("not cordoned by" in w for w in foreign.get("warnings", []))
-    forced = run_module(lab, "node_drain", {"name": "gpu-node-02", "state": "uncordon", "force": True})
+    forced = run_in_playbook(lab, "node_drain", {"name": "gpu-node-02", "state": "uncordon", "force": True})
     assert forced["changed"] and forced["uncordoned"]
     assert not node_json(lab, "gpu-node-02")["spec"].get("unschedulable")
 
@@ -180,14 +180,14 @@ def test_dry_run_reports_evictions_and_blocking_pdbs_and_changes_nothing(lab, ns
     args = {"name": "gpu-node-01"}
     if mode == "dry_run":
         args["dry_run"] = True
-    result = run_module(lab, "node_drain", args, check_mode=mode == "check_mode")
+    result = run_in_playbook(lab, "node_drain", args, check_mode=mode == "check_mode")
     assert not result.get("failed"), result.get("msg")
     assert result["dry_run"] and result["changed"] and result["evicted"] == []
     assert result["pods_to_evict"] == sorted(pods_on(lab, "gpu-node-01", ns))
     [budget] = result["pdbs"]
     assert budget["name"] == "web" and budget["disruptions_allowed"] == 1 and budget["would_block"]
     assert len(result["blocked"]) == 2
-    writes = [record for record in requests_since(lab, since) if record["method"] not in ("GET",)]
+    writes = [record for record in requests(lab.state_dir, since) if record["method"] not in ("GET",)]
     assert writes == []
     assert not node_json(lab, "gpu-node-01")["spec"].get("unschedulable")
 
@@ -207,7 +207,7 @@ def test_node_drain_evicts_the_same_pods_as_kubectl_drain(lab, ns):
     refused_by_kubectl = kubectl(lab, "drain", "gpu-node-03", "--ignore-daemonsets", "--dry-run=server",
                                  "--timeout=30s", check=False)
     assert refused_by_kubectl.returncode != 0
-    refused = run_module(lab, "node_drain", {"name": "gpu-node-03"})
+    refused = run_in_playbook(lab, "node_drain", {"name": "gpu-node-03"})
     assert refused["failed"]
     assert sorted(entry["pod"] for entry in refused["refused"]) == \
         sorted(set(re.findall(r"(%s/[a-z0-9-]+)" % ns, refused_by_kubectl.stderr)))
@@ -215,7 +215,7 @@ def test_node_drain_evicts_the_same_pods_as_kubectl_drain(lab, ns):
     by_kubectl = kubectl(lab, "drain", "gpu-node-03", "--ignore-daemonsets", "--force", "--delete-emptydir-data",
                          "--dry-run=server", "--timeout=60s")
     kubectl(lab, "uncordon", "gpu-node-03")
-    result = run_module(lab, "node_drain", {"name": "gpu-node-03", "force": True, "delete_emptydir_data": True,
+    result = run_in_playbook(lab, "node_drain", {"name": "gpu-node-03", "force": True, "delete_emptydir_data": True,
                                             "timeout": 90})
     assert not result.get("failed"), result.get("msg")
     assert result["evicted"] == kubectl_pods(by_kubectl.stdout, "evicting")
