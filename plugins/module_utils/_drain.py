@@ -143,7 +143,7 @@ def _is_ready(pod):
     return False
 
 
-def _needs_budget(pod, pdb):
+def needs_budget(pod, pdb):
     """Whether evicting the pod spends one of the PDB's disruptions (the eviction API's rules)."""
     if is_finished(pod) or _meta(pod).get("deletionTimestamp"):
         return False
@@ -171,7 +171,7 @@ def budget_report(pods, pdbs):
         if len(matching) > 1:
             multiple.append((pod, matching))
         for pdb in matching:
-            if _needs_budget(pod, pdb):
+            if needs_budget(pod, pdb):
                 covered.setdefault(pdb_key(pdb), (pdb, []))[1].append(pod)
     report = {"pdbs": [], "blocked": []}
     for key in sorted(covered):

@@ -324,7 +324,12 @@ class Drain:
 
     def evict(self, key):
         pod = self.pods[key]
-        budgets = [_drain.pdb_key(pdb) for pdb in _drain.pdbs_of_pod(pod, self.gate.current())]
+        pdbs = _drain.pdbs_of_pod(pod, self.gate.current())
+        budgets = [_drain.pdb_key(pdb) for pdb in pdbs]
+        if len(pdbs) == 1 and _drain.needs_budget(pod, pdbs[0]):
+            # take one of the disruptions the budget allows before asking: evictions beyond them would only be
+            # refused with 429 (at most PDB_RETRY_CAP_S of waiting when the budget's status is behind)
+            self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop)
         attempt = 0
         while not self.stop.is_set() and self.remaining() > 0:
             try:
