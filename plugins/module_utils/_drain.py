@@ -190,16 +190,21 @@ def budget_report(pods, pdbs):
     return report
 
 
-def blocked_pods(pending, pdbs, last_errors):
-    """The pods still on the node when a drain gives up, each with its PDBs and the last eviction answer.
+NOT_ASKED = "not evicted: its disruption budget allowed no disruption while the drain waited"
+TERMINATING = "evicted, still terminating"
 
-    ``pending``: pods not gone; ``last_errors``: pod key -> last API message for it.
+
+def blocked_pods(pending, pdbs, last_errors, evicted=()):
+    """The pods still on the node when a drain gives up, each with its PDBs and why it is there.
+
+    ``pending``: pods not gone; ``last_errors``: pod key -> last API message for it; ``evicted``: keys of pods whose
+    eviction was admitted (they are terminating).
     """
     blocked = []
     for pod in pending:
         key = pod_key(pod)
-        blocked.append({"pod": key, "pdbs": [_pdb_ref(pdb) for pdb in pdbs_of_pod(pod, pdbs)],
-                        "message": last_errors.get(key) or "evicted, still terminating"})
+        message = last_errors.get(key) or (TERMINATING if key in evicted else NOT_ASKED)
+        blocked.append({"pod": key, "pdbs": [_pdb_ref(pdb) for pdb in pdbs_of_pod(pod, pdbs)], "message": message})
     return blocked
 
 

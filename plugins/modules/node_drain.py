@@ -507,7 +507,7 @@ def run_drain(module, api, core, node, reason, started, result):
     if not pending:
         return
     pending_pods = [drain.pods[key] for key in pending]
-    result["blocked"] = _drain.blocked_pods(pending_pods, drain.gate.current(), drain.last_answer)
+    result["blocked"] = _drain.blocked_pods(pending_pods, drain.gate.current(), drain.last_answer, drain.evicted)
     errors = {key: message for key, message in drain.errors.items() if key in pending or key in ("pods", "pdbs")}
     if errors:
         message = "drain of %s failed, node left cordoned: %s" % (name, "; ".join(errors[key] for key in sorted(errors)))

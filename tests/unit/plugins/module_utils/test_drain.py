@@ -159,6 +159,9 @@ def test_timeout_reason_names_pods_pdbs_and_disruptions_allowed():
     blocked = _drain.blocked_pods(pods, [pdb("web", 0, {"app": "web"})],
                                   {"default/web-0": "Cannot evict pod as it would violate the pod's disruption "
                                                     "budget."})
+    others = _drain.blocked_pods([pod("web-1", labels={"app": "web"}), pod("web-2", labels={"app": "web"})],
+                                 [pdb("web", 0, {"app": "web"})], {}, evicted={"default/web-2"})
+    assert [entry["message"] for entry in others] == [_drain.NOT_ASKED, _drain.TERMINATING]
     text = _drain.timeout_reason("gpu-1", 30, blocked)
     assert text.startswith("drain of gpu-1 timed out after 30s with 1 pod(s) left; node left cordoned")
     assert "default/web-0 blocked by PDB default/web (disruptionsAllowed 0)" in text
