@@ -54,7 +54,7 @@ def evictions(requests):
 
 
 def no_pdb_violation(lab):
-    checker = subprocess.run([sys.executable, "-m", "gpulab.kube.checker", lab.state_dir], capture_output=True,
+    checker = subprocess.run([sys.executable, "-m", "gpulab.kube.sim.checker", lab.state_dir], capture_output=True,
                              text=True, env=lab.env, timeout=120)
     report = json.loads(checker.stdout)
     return report
