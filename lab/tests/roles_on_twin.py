@@ -1,7 +1,8 @@
 """Running the collection's roles on twin nodes: a one-role playbook with its variables, and what it reported.
 
 The playbook includes the role on the hosts asked for and, after it, writes the role's result variable (when
-set) to a JSON file per host on the controller, so tests read what the role said without parsing its output.
+set) to a JSON file per host on the controller (a task that reports no change, so the recap counts only the
+role's), so tests read what the role said without parsing its output.
 """
 from __future__ import annotations
 
