@@ -136,8 +136,8 @@ def resolve_module_type(requested, generations, driver_version):
                 "error": None}
     if branch and branch < OPEN_MODULES_DEFAULT_BRANCH:
         return {"module_type": "proprietary",
-                "reason": "branch %d predates the open modules as the default (%d)" % (branch,
-                                                                                         OPEN_MODULES_DEFAULT_BRANCH),
+                "reason": "branch %d predates the open modules as the default (%d)" % (
+                    branch, OPEN_MODULES_DEFAULT_BRANCH),
                 "error": None}
     return {"module_type": "open", "reason": "open is NVIDIA's recommendation for Turing and newer", "error": None}
 
@@ -183,6 +183,6 @@ def cuda_supports_generation(cuda_version, generation):
     if oldest is None and parsed[0] > max(CUDA_OLDEST_GENERATION):
         oldest = CUDA_OLDEST_GENERATION[max(CUDA_OLDEST_GENERATION)]
     if oldest and generation_rank(generation) < generation_rank(oldest):
-        return "CUDA %d supports %s and newer GPUs, not %s" % (parsed[0], oldest.capitalize(),
-                                                                generation.capitalize())
+        return "CUDA %d supports %s and newer GPUs, not %s" % (
+            parsed[0], oldest.capitalize(), generation.capitalize())
     return None

@@ -10,7 +10,7 @@ show. No I/O here; nvidia_driver_runfile gathers and acts.
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_support as gpu
 

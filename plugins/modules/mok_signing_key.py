@@ -313,7 +313,7 @@ def main():
     if module.check_mode:
         module.exit_json(**result)
 
-    for directory in {os.path.dirname(key_path), os.path.dirname(cert_path)}:
+    for directory in sorted(set([os.path.dirname(key_path), os.path.dirname(cert_path)])):
         if not os.path.isdir(directory):
             os.makedirs(directory, 0o700)
     if decision["key_action"] == "generate":

@@ -108,7 +108,7 @@ attributes:
   platform:
     platforms: linux
 notes:
-  - Run as root (C(become)): C(mokutil) and the kubelet files need it.
+  - Run as root (C(become)), as C(mokutil) and the kubelet files need it.
 seealso:
   - module: gpuops.nvidia.nvidia_driver_facts
 """

@@ -16,7 +16,7 @@ description:
     and the C(nvidia) module C(modinfo -k) finds for the target kernel are that version, of the flavour asked
     for and, when O(signer) is set, signed by it. Then nothing runs.
   - Before running the installer it checks the request (malformed version, checksum mismatch with O(sha256),
-    GPUs the flavour does not support) and looks for processes using the GPUs (C(nvidia-smi -q -x)): with
+    GPUs the flavour does not support) and looks for processes using the GPUs (C(nvidia-smi -q -x)); with
     some, it fails unless O(allow_gpu_processes). Nothing on the node is changed when one of these fails.
   - Never reboots. Returns RV(reboot_required) and what the next boot must show (RV(next_boot)), and keeps a
     record of the installed and the previous version and method in O(state_dir)C(/nvidia_driver.json) so a
