@@ -122,7 +122,7 @@ def failure_text(run: dict) -> str:
 
 def test_a_malformed_version_is_refused_by_name(flow):
     text = failure_text(flow["bad"]["malformed_version"])
-    assert 'nvidia_driver_version "latest" is not a full NVIDIA driver version' in text
+    assert "nvidia_driver_version 'latest' is not a full NVIDIA driver version" in text
     assert "Nothing was changed" in text
 
 
@@ -208,3 +208,50 @@ def test_a_rerun_on_the_finished_node_changes_nothing(flow):
     assert result["mok_enrollment_pending"] is False
     # two reboots in all: nouveau out + key enrolled, then the new module loaded
     assert flow["boots"] == 3
+
+
+# ------------------------------------------------------------------------------------------- package method
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    """A node whose only apt source is the twin's repository of the stub driver packages (the CUDA repository's
+    layout for Debian 12): run 1 blacklists nouveau, reboot, run 2 installs and holds, reboot, run 3 no change."""
+    state_dir = str(tmp_path_factory.mktemp("pkgrole") / "state")
+    lab = start_lab(state_dir, "--nodes", "1", "--boot-delay", "0.3")
+    work = str(tmp_path_factory.mktemp("pkgrole-play"))
+    role_vars = {"nvidia_driver_version": DRIVER, "nvidia_driver_method": "package"}
+    steps = {}
+    try:
+        lab.ssh(NODE, "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*; echo '%s' > "
+                      "/etc/apt/sources.list.d/gpulab.list" % lab.info["apt_repo"])
+        steps["run1"] = run_role(lab, "nvidia_driver", role_vars, work, result_var=RESULT)
+        lab.reboot_from_inside(NODE)
+        steps["run2"] = run_role(lab, "nvidia_driver", role_vars, work, result_var=RESULT)
+        steps["holds"] = lab.ssh(NODE, "dpkg --get-selections").stdout
+        steps["record"] = lab.ssh(NODE, "cat /var/lib/gpuops/nvidia_driver.json").stdout
+        lab.reboot_from_inside(NODE)
+        steps["smi"] = lab.ssh(NODE, "nvidia-smi -L", check=False)
+        steps["run3"] = run_role(lab, "nvidia_driver", role_vars, work, result_var=RESULT)
+        yield steps
+    finally:
+        stop_lab(lab)
+
+
+def test_packages_wait_for_nouveau_then_install_at_the_version_and_are_held(packages):
+    assert packages["run1"]["rc"] == 0, packages["run1"]["output"][-3000:]
+    assert packages["run1"]["results"][NODE]["install_deferred"].startswith("nouveau is loaded")
+    run = packages["run2"]
+    assert run["rc"] == 0, run["output"][-3000:]
+    assert run["results"][NODE]["reboot_required"] is True and run["results"][NODE]["changed"] is True
+    held = {line.split()[0] for line in packages["holds"].splitlines() if line.split()[-1] == "hold"}
+    assert held == {"nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-smi", "libnvidia-ml1", "libcuda1",
+                    "firmware-nvidia-gsp"}
+    assert '"method": "package"' in packages["record"] and '"version": "%s"' % DRIVER in packages["record"]
+
+
+def test_packages_load_after_the_reboot_and_a_rerun_changes_nothing(packages):
+    assert packages["smi"].returncode == 0 and packages["smi"].stdout.count("GPU ") == 8
+    run = packages["run3"]
+    assert run["rc"] == 0, run["output"][-3000:]
+    assert recap(run["output"], NODE)["changed"] == 0
+    assert run["results"][NODE]["reboot_required"] is False
