@@ -162,7 +162,7 @@ class Node:
         self.timeout_bin = module.get_bin_path("timeout")
 
     def tool(self, name, required=False):
-        return self.module.get_bin_path(name, required=required, opt_dirs=["/usr/sbin", "/sbin"])
+        return self.module.get_bin_path(name, required=required)
 
     def run(self, argv, data=None, check=False, what=None):
         full = ([self.timeout_bin, str(self.module.params["timeout"])] if self.timeout_bin else []) + list(argv)

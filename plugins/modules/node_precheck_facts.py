@@ -254,7 +254,7 @@ class Runner:
         self.timeout_bin = module.get_bin_path("timeout")
 
     def tool(self, name):
-        return self.module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin", "/usr/local/sbin"])
+        return self.module.get_bin_path(name)
 
     def run(self, argv, data=None):
         if self.timeout_bin:

@@ -212,7 +212,7 @@ class Node:
         self.timeout_bin = module.get_bin_path("timeout")
 
     def tool(self, name):
-        return self.module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"])
+        return self.module.get_bin_path(name)
 
     def run(self, argv, timeout=60, cwd=None):
         full = ([self.timeout_bin, str(timeout)] if self.timeout_bin else []) + list(argv)
