@@ -120,7 +120,13 @@ class Lab:
         return after["boot_id"]
 
 
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the fleet twin needs root (namespaces, mounts, sshd)")
+
+
 def start_lab(state_dir: str, *up_args, extra_pythonpath=()) -> Lab:
+    require_root()
     lab = Lab(state_dir, extra_pythonpath)
     try:
         lab.gpulab("up", *up_args)
@@ -150,10 +156,10 @@ def collections_path():
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def needs_root():
-    if os.geteuid() != 0:
-        pytest.skip("the fleet twin needs root (namespaces, mounts, sshd)")
+    """For tests that need root without starting a lab (start_lab, hence ``lab``, checks by itself)."""
+    require_root()
 
 
 @pytest.fixture(scope="session")
