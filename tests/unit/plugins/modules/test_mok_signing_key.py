@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.modules import mok_signing_key
+from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import patch_module_args
 
 pytestmark = pytest.mark.skipif(not shutil.which("openssl"), reason="openssl not installed")
 

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.modules import node_precheck_facts
+from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import patch_module_args
 
 HOST_FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "host"))
 RELEASE = os.uname()[2]
