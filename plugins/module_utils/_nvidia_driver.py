@@ -22,14 +22,12 @@ SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 RECORD_VERSION = 1
 
 
-def validate_request(version, method=None, sha256=None):
+def validate_request(version, sha256=None):
     """Error messages for a malformed request (empty list when fine)."""
     errors = []
     if gpu.parse_driver_version(version) is None:
         errors.append("nvidia_driver_version %r is not a full NVIDIA driver version (branch.minor[.patch], e.g. "
                       "580.95.05)" % (version,))
-    if method is not None and method not in ("runfile", "package"):
-        errors.append("nvidia_driver_method %r is unknown: use runfile or package" % (method,))
     if sha256 and not SHA256_RE.match(sha256):
         errors.append("the runfile checksum %r is not a sha256 hex digest (64 hex digits)" % (sha256,))
     return errors
@@ -90,10 +88,10 @@ def differences(state, version, module_type, signer_cn):
     return reasons
 
 
-def next_boot(version, module_type, signer_cn, loaded_version, pending_enrolment=False):
+def next_boot(version, module_type, signer_cn, loaded_version):
     """(reboot_required, what the next boot must show) after the node holds the requested driver."""
     expected = {"driver_version": version, "kernel_module_type": module_type, "signer": signer_cn}
-    return bool(loaded_version != version or pending_enrolment), expected
+    return loaded_version != version, expected
 
 
 def new_record(previous_record, state, version, method, module_type, signer_cn, runfile_sha256, now):

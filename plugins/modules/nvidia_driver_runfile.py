@@ -253,7 +253,7 @@ def load_record(path):
         return None
 
 
-def write_record(module, path, record):
+def write_record(path, record):
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
@@ -265,7 +265,7 @@ def write_record(module, path, record):
     os.rename(temporary, path)
 
 
-def installer_failure(module, node, argv, rc, out, err, **result):
+def installer_failure(module, argv, rc, out, err, **result):
     log_tail = "\n".join((read_text(INSTALLER_LOG) or "").splitlines()[-20:])
     module.fail_json(msg="the NVIDIA installer failed (rc %d): %s" % (rc, (err or out).strip()),
                      installer_argv=argv, installer_log_tail=log_tail, **result)
@@ -306,8 +306,8 @@ def ensure_absent(module, node, record_path, record, state):
         module.exit_json(**result)
     rc, out, err = node.run(result["installer_argv"], timeout=params["timeout"])
     if rc != 0:
-        installer_failure(module, node, result["installer_argv"], rc, out, err)
-    write_record(module, record_path, dict(new_record(record, state, None, None, None, None, None, now()),
+        installer_failure(module, result["installer_argv"], rc, out, err)
+    write_record(record_path, dict(new_record(record, state, None, None, None, None, None, now()),
                                            method=None))
     module.exit_json(**result)
 
@@ -398,13 +398,13 @@ def main():
     os.makedirs(workdir)
     rc, out, err = node.run(argv, timeout=params["timeout"], cwd=workdir)
     if rc != 0:
-        installer_failure(module, node, argv, rc, out, err, previous=result["previous"])
+        installer_failure(module, argv, rc, out, err, previous=result["previous"])
     after = node.state(kernel_release)
     left = differences(after, version, module_type, params["signer"])
     if left:
         module.fail_json(msg="the installer succeeded but the node is not at the request: %s" % "; ".join(left),
                          installer_argv=argv, previous=result["previous"])
-    write_record(module, record_path, new)
+    write_record(record_path, new)
     result["reboot_required"], result["next_boot"] = next_boot(version, module_type, params["signer"],
                                                                after["loaded_version"])
     module.exit_json(**result)
