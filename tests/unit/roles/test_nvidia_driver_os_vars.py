@@ -80,6 +80,7 @@ def test_rocky_9_uses_the_cuda_repository_dkms_packages_and_dnf_versionlock():
     assert "kmod-nvidia-latest-dkms" in rendered["nvidia_driver_os_packages"]["proprietary"]
     assert rendered["nvidia_driver_os_package_version"] == VERSION
     assert rendered["nvidia_driver_os_headers_package"] == "kernel-devel-5.14.0-503.14.1.el9_5.x86_64"
+    assert rendered["nvidia_driver_os_build_packages"] == ["dkms", "gcc", "make"]
     assert rendered["nvidia_driver_os_initramfs_command"] == ["/usr/bin/dracut", "--force", "--regenerate-all"]
     assert rendered["nvidia_driver_os_package_lock"] == "dnf-versionlock"
 
