@@ -18,6 +18,11 @@ import pytest
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(LAB_DIR)
 VENV_BIN = os.path.dirname(sys.executable)
+# Real-world captures: the collection's fixture store (provenance there), then the one capture only the twin's tests
+# read (lab/tests/nvidia_fixtures/, provenance there).
+FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"),
+                os.path.join(REPO_DIR, "tests", "unit", "fixtures", "kernel"),
+                os.path.join(LAB_DIR, "tests", "nvidia_fixtures"))
 if LAB_DIR not in sys.path:
     sys.path.insert(0, LAB_DIR)
 
@@ -141,6 +146,14 @@ def start_lab(state_dir: str, *up_args, extra_pythonpath=()) -> Lab:
 def stop_lab(lab: Lab) -> None:
     if os.path.exists(os.path.join(lab.state_dir, "lab.json")):
         lab.gpulab("down", check=False)
+
+
+def fixture_path(name: str) -> str:
+    for directory in FIXTURE_DIRS:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError("fixture %s is in none of %s" % (name, ", ".join(FIXTURE_DIRS)))
 
 
 def collections_path():

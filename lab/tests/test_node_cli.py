@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import lab_env, start_lab, stop_lab
-from gpulab.node import pid_namespace, pids_in_namespace  # conftest puts lab/ on sys.path
+from gpulab.osutil import pid_namespace, pids_in_namespace  # conftest puts lab/ on sys.path
 
 
 def gpulab(*args, env=None) -> subprocess.CompletedProcess:
