@@ -1,7 +1,9 @@
 """The nvidia_driver role on a Secure Boot twin node over SSH, from a bare node to a loaded, signed driver.
 
-One fresh 1-node lab with Secure Boot on (nouveau loaded, no MOK). First the bad requests, which must fail with a
-clear message and leave the node as it was. Then the runbook: run 1 makes the signing key, points DKMS at it,
+One fresh 1-node lab with Secure Boot on (nouveau loaded, no MOK). The role gets the runfile from the lab's
+HTTP mirror, whose URL and SHA256SUMS `gpulab up` wrote into the inventory: the good request names only the
+version and the MOK password. First the bad requests, which must fail with a clear message and leave the node
+as it was. Then the runbook: run 1 makes the signing key, points DKMS at it,
 stages it with `mokutil --import` and blacklists nouveau, deferring the install (nouveau holds the GPUs);
 reboot, the operator confirms the key at the console (`gpulab mok-confirm`); run 2 installs the driver (DKMS
 builds and signs the module with the enrolled key); reboot: `nvidia_driver_facts` shows the module loaded and
@@ -40,8 +42,8 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def mirror(tmp_path_factory):
-    """A loopback HTTP server: the runfile and a SHA256SUMS that lists it with a wrong digest."""
+def bad_mirror(tmp_path_factory):
+    """A loopback HTTP server other than the lab's: the runfile and a SHA256SUMS listing it with a wrong digest."""
     root = str(tmp_path_factory.mktemp("mirror"))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
                                              lambda *args: QuietHandler(*args, directory=root))
@@ -67,30 +69,27 @@ def wait_and_confirm(lab) -> None:
 
 
 @pytest.fixture(scope="module")
-def flow(tmp_path_factory, mirror):
+def flow(tmp_path_factory, bad_mirror):
     state_dir = str(tmp_path_factory.mktemp("sbrole") / "state")
     lab = start_lab(state_dir, "--nodes", "1", "--secure-boot", "--boot-delay", "0.3", "--mok-timeout", "30")
     work = str(tmp_path_factory.mktemp("sbrole-play"))
     runfile = os.path.join(state_dir, "runfiles", "NVIDIA-Linux-x86_64-%s.run" % DRIVER)
-    shutil.copy(runfile, mirror["root"])
-    with open(os.path.join(mirror["root"], "SHA256SUMS"), "w") as stream:
+    shutil.copy(runfile, bad_mirror["root"])
+    with open(os.path.join(bad_mirror["root"], "SHA256SUMS"), "w") as stream:
         stream.write("%s  NVIDIA-Linux-x86_64-%s.run\n" % ("0" * 64, DRIVER))
-    good = {"nvidia_driver_version": DRIVER, "nvidia_driver_runfile_src": runfile,
-            "nvidia_driver_runfile_checksum": "sha256:" + sha256_file(runfile),
-            "nvidia_driver_mok_password": PASSWORD}
+    good = {"nvidia_driver_version": DRIVER, "nvidia_driver_mok_password": PASSWORD}
     steps = {"runfile_sha256": sha256_file(runfile)}
     try:
         before = node_snapshot(lab)
         bad = {
             "malformed_version": dict(good, nvidia_driver_version="latest"),
             "unknown_method": dict(good, nvidia_driver_method="tarball"),
-            "checksum_mismatch": dict(good, nvidia_driver_runfile_checksum="sha256:" + "ab" * 32),
-            "url_404": dict(good, nvidia_driver_runfile_src="",
-                            nvidia_driver_runfile_url=mirror["url"] + "/NVIDIA-Linux-x86_64-999.99.99.run",
-                            nvidia_driver_runfile_checksum="sha256:" + "cd" * 32),
-            "sums_mismatch": dict(good, nvidia_driver_runfile_src="",
-                                  nvidia_driver_runfile_url=mirror["url"] + "/" + os.path.basename(runfile),
-                                  nvidia_driver_runfile_checksum="sha256:%s/SHA256SUMS" % mirror["url"]),
+            "checksum_mismatch": dict(good, nvidia_driver_runfile_src=runfile,
+                                      nvidia_driver_runfile_checksum="sha256:" + "ab" * 32),
+            # the lab mirror's URL for a version it does not have
+            "url_404": dict(good, nvidia_driver_version="999.99.99", nvidia_driver_runfile_checksum="sha256:" + "cd" * 32),
+            "sums_mismatch": dict(good, nvidia_driver_runfile_url=bad_mirror["url"] + "/" + os.path.basename(runfile),
+                                  nvidia_driver_runfile_checksum="sha256:%s/SHA256SUMS" % bad_mirror["url"]),
         }
         steps["bad"] = {name: run_role(lab, "nvidia_driver", role_vars, work) for name, role_vars in bad.items()}
         steps["after_bad"] = node_snapshot(lab)
