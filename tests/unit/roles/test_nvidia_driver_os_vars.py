@@ -11,14 +11,7 @@ import os
 
 import pytest
 
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
-
-try:
-    from ansible.template import trust_as_template
-except ImportError:  # ansible-core before 2.19 templates every string
-    def trust_as_template(value):
-        return value
+from ansible_collections.gpuops.nvidia.tests.unit.roles.test_role_rendering import role_vars
 
 ROLE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "nvidia_driver"))
 VERSION = "580.95.05"
@@ -28,28 +21,17 @@ def first_found(facts):
     """The vars file the role's include_vars picks (distribution-major, distribution, os_family)."""
     for name in ("%s-%s.yml" % (facts["distribution"], facts["distribution_major_version"]),
                  "%s.yml" % facts["distribution"], "%s.yml" % facts["os_family"]):
-        path = os.path.join(ROLE_DIR, "vars", name)
-        if os.path.exists(path):
-            return path
+        if os.path.exists(os.path.join(ROLE_DIR, "vars", name)):
+            return "vars/" + name
     raise AssertionError("no vars file for %s" % facts)
 
 
-def trusted(value):
-    """Role vars files are trusted templates (as include_vars treats them)."""
-    if isinstance(value, dict):
-        return {key: trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [trusted(item) for item in value]
-    return trust_as_template(value) if isinstance(value, str) else value
-
-
 def render(facts):
-    loader = DataLoader()
-    variables = {"ansible_facts": facts, "nvidia_driver_version": VERSION, "nvidia_driver_runfile_dir": "/r"}
-    for name in (first_found(facts), os.path.join(ROLE_DIR, "vars", "main.yml")):
-        variables.update(trusted(loader.load_from_file(name)))
-    templar = Templar(loader=loader, variables=variables)
-    return {key: templar.template(value) for key, value in variables.items() if key.startswith("nvidia_driver_")}
+    """Every nvidia_driver_* variable as the role sees it on a host with these facts."""
+    templar = role_vars("nvidia_driver", first_found(facts), "vars/main.yml", ansible_facts=facts,
+                        nvidia_driver_version=VERSION, nvidia_driver_runfile_dir="/r")
+    return {name: templar.template(value) for name, value in templar.available_variables.items()
+            if name.startswith("nvidia_driver_")}
 
 
 UBUNTU_2204 = {"distribution": "Ubuntu", "distribution_major_version": "22", "os_family": "Debian",
