@@ -307,8 +307,7 @@ def ensure_absent(module, node, record_path, record, state):
     rc, out, err = node.run(result["installer_argv"], timeout=params["timeout"])
     if rc != 0:
         installer_failure(module, result["installer_argv"], rc, out, err)
-    write_record(record_path, dict(new_record(record, state, None, None, None, None, None, now()),
-                                           method=None))
+    write_record(record_path, new_record(record, state, None, None, None, None, None, now()))
     module.exit_json(**result)
 
 
