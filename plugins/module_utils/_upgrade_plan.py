@@ -343,18 +343,11 @@ def parse_record(node: dict):
     return record if isinstance(record, dict) and record.get("state") in RECORD_STATES else None
 
 
-def render_record(state, from_version, to_version, run_id, boot_id_before=None, cordoned_by_us=None,
-                  reason=None) -> str:
-    """The annotation value: compact JSON with sorted keys (stable across runs, easy to read with kubectl)."""
-    if state not in RECORD_STATES:
-        raise ValueError("unknown record state %r" % (state,))
-    record = {"state": state, "from": from_version, "to": to_version, "run_id": run_id}
-    if boot_id_before:
-        record["boot_id_before"] = boot_id_before
-    if cordoned_by_us is not None:
-        record["cordoned_by_us"] = bool(cordoned_by_us)
-    if reason:
-        record["reason"] = reason
+def dump_record(record: dict) -> str:
+    """The annotation value of a record: compact JSON with sorted keys (stable across runs, readable with
+    kubectl)."""
+    if record.get("state") not in RECORD_STATES:
+        raise ValueError("record state must be one of %s, not %r" % (", ".join(RECORD_STATES), record.get("state")))
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 

@@ -194,14 +194,14 @@ def test_no_window_is_always_open():
 # --------------------------------------------------------------------------- records and resume
 
 def test_record_round_trip_through_the_annotation():
-    value = plan.render_record("rebooting", "595.91.07", "615.71.09", "run-1", boot_id_before="b1",
-                               cordoned_by_us=True)
+    value = plan.dump_record({"state": "rebooting", "from": "595.91.07", "to": "615.71.09", "run_id": "run-1",
+                              "boot_id_before": "b1", "cordoned_by_us": True})
     record = plan.parse_record(node("n", annotations={plan.RECORD_ANNOTATION: value}))
     assert record == {"state": "rebooting", "from": "595.91.07", "to": "615.71.09", "run_id": "run-1",
                       "boot_id_before": "b1", "cordoned_by_us": True}
     assert plan.parse_record(node("n", annotations={plan.RECORD_ANNOTATION: "{broken"})) is None
     with pytest.raises(ValueError):
-        plan.render_record("sleeping", "1", "2", "r")
+        plan.dump_record({"state": "sleeping", "from": "1", "to": "2", "run_id": "r"})
 
 
 @pytest.mark.parametrize("state,loaded,boot_id,expected", [
@@ -218,12 +218,12 @@ def test_record_round_trip_through_the_annotation():
 def test_resume_continues_from_the_record(state, loaded, boot_id, expected):
     record = None
     if state:
-        record = json.loads(plan.render_record(state, "595.91.07", "615.71.09", "run-1", boot_id_before="b1"))
+        record = {"state": state, "from": "595.91.07", "to": "615.71.09", "run_id": "run-1", "boot_id_before": "b1"}
     assert plan.resume_action(record, "615.71.09", loaded, boot_id) == expected
 
 
 def test_a_record_for_another_target_starts_over():
-    record = json.loads(plan.render_record("done", "580.1.1", "595.91.07", "run-0"))
+    record = {"state": "done", "from": "580.1.1", "to": "595.91.07", "run_id": "run-0"}
     assert plan.resume_action(record, "615.71.09", "595.91.07", "b") == "start"
 
 
