@@ -438,3 +438,41 @@ def is_gpu_node(node: dict) -> bool:
     if any(key == GPU_RESOURCE or key.startswith("nvidia.com/mig-") for key in capacity):
         return True
     return (node.get("metadata", {}).get("labels") or {}).get("nvidia.com/gpu.present") == "true"
+
+
+# --------------------------------------------------------------------------- the gate before each batch
+
+PAUSE_ANNOTATION = "gpuops.nvidia/pause"
+
+
+def pause_of(lease):
+    """``(who, why)`` when the roll-out is paused: the lock Lease carries ``gpuops.nvidia/pause: "WHO: WHY"``
+    (set from anywhere with ``kubectl annotate lease``); None when not paused."""
+    value = ((lease or {}).get("metadata", {}).get("annotations") or {}).get(PAUSE_ANNOTATION)
+    if not value:
+        return None
+    who, _colon, why = value.partition(":")
+    return (who.strip() or "someone", why.strip() or "no reason given") if _colon else ("someone", value.strip())
+
+
+def batch_gate(nodes, batch, max_unavailable, window=None, now_utc=None, lease=None) -> dict:
+    """May this batch start now? Every reason it may not, from the cluster's Node JSON, the lock Lease and the
+    clock. The batch's own nodes that are already out (an interrupted run) are not counted twice."""
+    gpu_nodes = [node for node in nodes if is_gpu_node(node)]
+    budget = max_unavailable_nodes(max_unavailable, len(gpu_nodes))
+    out = unavailable_nodes(gpu_nodes)
+    would_be_out = sorted(set(out) | set(batch))
+    reasons = []
+    paused = pause_of(lease)
+    if paused:
+        reasons.append("paused by %s: %s (remove the %s annotation of the lock Lease to resume)"
+                       % (paused[0], paused[1], PAUSE_ANNOTATION))
+    if window and now_utc is not None and not in_maintenance_window(window, now_utc):
+        reasons.append("outside the maintenance window %s-%s %s on %s" % (
+            window["start"], window["end"], window.get("timezone", "UTC"), ",".join(window.get("days", WEEKDAYS))))
+    if len(would_be_out) > budget:
+        others = ", ".join("%s (%s)" % (name, why) for name, why in sorted(out.items()) if name not in batch)
+        reasons.append("budget spent: %d GPU node(s) would be out, max_unavailable allows %d%s" % (
+            len(would_be_out), budget, "; out now: " + others if others else ""))
+    return {"ok": not reasons, "reasons": reasons, "max_unavailable": budget, "out_now": out,
+            "paused": {"by": paused[0], "reason": paused[1]} if paused else None}

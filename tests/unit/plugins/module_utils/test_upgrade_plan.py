@@ -241,3 +241,45 @@ def test_plan_skips_nodes_at_target_and_names_blockers():
     assert result["max_unavailable"] == 2
     assert result["unavailable_now"] == {"gpu-node-03": "cordoned"}
     assert result["nodes"]["gpu-node-01"]["current_version"] == "595.91.07"
+
+
+# --------------------------------------------------------------------------- the gate before each batch
+
+def lease(pause=None):
+    return {"metadata": {"name": "gpuops-driver-upgrade", "annotations": {plan.PAUSE_ANNOTATION: pause} if pause
+                         else {}}}
+
+
+def test_batch_gate_passes_within_budget():
+    nodes = [node(name) for name in NODES8]
+    verdict = plan.batch_gate(nodes, ["gpu-node-01", "gpu-node-02"], "25%", lease=lease())
+    assert verdict["ok"] and verdict["max_unavailable"] == 2 and verdict["reasons"] == []
+
+
+def test_batch_gate_counts_nodes_out_by_others_but_not_our_own_twice():
+    nodes = [node(name) for name in NODES8]
+    nodes[7]["spec"]["unschedulable"] = True            # someone else's cordon
+    nodes[0]["spec"]["unschedulable"] = True            # ours, from an interrupted run
+    verdict = plan.batch_gate(nodes, ["gpu-node-01"], 2)
+    assert verdict["ok"]
+    verdict = plan.batch_gate(nodes, ["gpu-node-01", "gpu-node-02"], 2)
+    assert not verdict["ok"]
+    assert verdict["reasons"] == ["budget spent: 3 GPU node(s) would be out, max_unavailable allows 2; "
+                                  "out now: gpu-node-08 (cordoned)"]
+
+
+def test_cpu_nodes_do_not_count():
+    nodes = [node("gpu-node-01"), node("cpu-node-01", gpus=0, cordoned=True)]
+    assert plan.batch_gate(nodes, ["gpu-node-01"], 1)["ok"]
+
+
+def test_pause_and_window_are_reasons_too():
+    nodes = [node("gpu-node-01")]
+    window = {"days": ["sat"], "start": "22:00", "end": "04:00"}
+    verdict = plan.batch_gate(nodes, ["gpu-node-01"], 1, window, utc(2026, 12, 3, 12, 0),
+                              lease("alice: waiting for the quarterly training run"))
+    assert not verdict["ok"]
+    assert verdict["paused"] == {"by": "alice", "reason": "waiting for the quarterly training run"}
+    assert verdict["reasons"][0].startswith("paused by alice: waiting for the quarterly training run")
+    assert verdict["reasons"][1] == "outside the maintenance window 22:00-04:00 UTC on sat"
+    assert plan.pause_of(lease("stop")) == ("someone", "stop")
