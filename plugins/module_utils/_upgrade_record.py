@@ -37,11 +37,12 @@ def current_record(node: dict):
     return record if isinstance(record, dict) else None
 
 
-def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True):
+def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True, now: str = None):
     """(merge patch of metadata.annotations, the new record) moving the node's record to ``fields['state']``.
 
     Fields not given are kept from the current record when it is for the same target (``to``), so each step only
-    says what changed. Entering maintenance saves the remediation annotations present before it
+    says what changed. ``now`` (RFC 3339) is recorded in ``steps`` as the time the node entered the state (the
+    first time: a repeated step keeps its first time), which the run record's durations come from. Entering maintenance saves the remediation annotations present before it
     (``saved_annotations``, null for absent) and sets the exclusions; leaving it (done, failed, rolled-back)
     restores them, except that a failed node stays excluded: it is cordoned and waits for a person.
     """
@@ -50,6 +51,9 @@ def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True
     previous = current_record(node) or {}
     record = dict(previous) if previous.get("to") == fields.get("to", previous.get("to")) else {}
     record.update(dict((key, value) for key, value in fields.items() if value is not None))
+    if now:
+        record["steps"] = dict(record.get("steps") or {})
+        record["steps"].setdefault(state, now)
     patch = {}
     if exclude_from_remediation and state in MAINTENANCE_STATES:
         if "saved_annotations" not in record:

@@ -12,8 +12,8 @@ version_added: 0.2.0
 description:
   - Writes the C(gpuops.nvidia/driver-upgrade) annotation of a node, the resume point of the
     P(gpuops.nvidia.driver_upgrade#playbook) runbook, as compact JSON (C(state), C(from), C(to), C(run_id),
-    C(boot_id_before), C(cordoned_by_us), C(reason)). Fields not given are kept from the record of the same
-    target, so each step says only what changed.
+    C(boot_id_before), C(cordoned_by_us), C(reason), and C(steps): when the node first entered each state). Fields
+    not given are kept from the record of the same target, so each step says only what changed.
   - While the node is in maintenance (states C(planned) to C(verifying)) it is excluded from the auto-remediators
     that would reboot or replace it (medik8s C(remediation.medik8s.io/exclude-from-remediation), Cluster API
     C(cluster.x-k8s.io/skip-remediation)); the values those annotations had before are kept in the record and
@@ -110,6 +110,8 @@ ready:
   type: bool
 """
 
+import datetime
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
@@ -163,7 +165,8 @@ def main():
         if params["state"] == "absent":
             patch, after = clear_patch(node), None
         else:
-            patch, after = record_patch(node, fields, params["exclude_from_remediation"])
+            now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            patch, after = record_patch(node, fields, params["exclude_from_remediation"], now)
         if not patch or module.check_mode:
             break
         body = {"metadata": {"annotations": patch, "resourceVersion": node["metadata"].get("resourceVersion")}}

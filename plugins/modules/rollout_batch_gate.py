@@ -17,7 +17,7 @@ description:
     O(max_unavailable) whoever did it; the batch's own nodes are counted once (an interrupted run may have left
     them cordoned).
   - The pause switch is the annotation C(gpuops.nvidia/pause) on the lock's Lease, C("WHO: WHY"), which an operator
-    sets from anywhere (C(kubectl -n kube-system annotate lease gpuops-driver-upgrade gpuops.nvidia/pause="alice: ...")).
+    sets from anywhere (C(kubectl -n kube-system annotate lease gpuops-nvidia-rollout gpuops.nvidia/pause="alice: ...")).
     The running roll-out finishes the nodes in flight, starts no new batch and says who paused it and why.
   - When only the budget stands in the way, waits up to O(wait_timeout) for it to free (another team's node coming
     back), re-reading every O(interval) seconds.
@@ -49,7 +49,7 @@ options:
   lock_name:
     description: The roll-out lock's Lease (see M(gpuops.nvidia.rollout_lock)), read for the pause switch.
     type: str
-    default: gpuops-driver-upgrade
+    default: gpuops-nvidia-rollout
   lock_namespace:
     description: The Lease's namespace.
     type: str
@@ -138,7 +138,7 @@ def main():
         nodes=dict(type="list", elements="str", required=True),
         max_unavailable=dict(type="raw", default=1),
         maintenance_window=dict(type="dict"),
-        lock_name=dict(type="str", default="gpuops-driver-upgrade"),
+        lock_name=dict(type="str", default="gpuops-nvidia-rollout"),
         lock_namespace=dict(type="str", default="kube-system"),
         wait_timeout=dict(type="int", default=0),
         interval=dict(type="int", default=10),

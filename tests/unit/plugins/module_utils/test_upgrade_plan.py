@@ -246,7 +246,7 @@ def test_plan_skips_nodes_at_target_and_names_blockers():
 # --------------------------------------------------------------------------- the gate before each batch
 
 def lease(pause=None):
-    return {"metadata": {"name": "gpuops-driver-upgrade", "annotations": {plan.PAUSE_ANNOTATION: pause} if pause
+    return {"metadata": {"name": "gpuops-nvidia-rollout", "annotations": {plan.PAUSE_ANNOTATION: pause} if pause
                          else {}}}
 
 

@@ -93,3 +93,12 @@ def test_clear_removes_the_record_and_restores():
     assert target["metadata"]["annotations"] == {MEDIK8S: "false"}
     assert set(REMEDIATION_EXCLUSIONS) == {MEDIK8S, CAPI}
     assert json.dumps(clear_patch(target)) == "{}"
+
+
+def test_each_state_keeps_the_time_it_was_first_entered():
+    target = node()
+    apply(target, record_patch(target, {"state": "draining", "from": "1.1", "to": "2.2", "run_id": "r"},
+                               now="2026-12-03T03:00:00Z")[0])
+    apply(target, record_patch(target, {"state": "rebooting", "to": "2.2"}, now="2026-12-03T03:05:00Z")[0])
+    _patch, record = record_patch(target, {"state": "rebooting", "to": "2.2"}, now="2026-12-03T03:09:00Z")
+    assert record["steps"] == {"draining": "2026-12-03T03:00:00Z", "rebooting": "2026-12-03T03:05:00Z"}
