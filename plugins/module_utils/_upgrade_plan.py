@@ -400,8 +400,9 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         elif action == "failed":
             blockers.append({"node": name, "reason": "a previous run failed this node: %s"
                              % (record.get("reason") or "no reason recorded")})
-        elif name in out and not (record and record.get("cordoned_by_us")):
-            blockers.append({"node": name, "reason": "already %s (not by this collection)" % out[name]})
+        elif name in out and action == "start":
+            # a node mid-way (continue, reboot, verify) is out because of our own interrupted run
+            blockers.append({"node": name, "reason": "already %s (not by this roll-out)" % out[name]})
     blockers.extend(other_upgraders(nodes, targets, kured_daemonsets))
     to_do = [name for name in targets if per_node[name]["action"] != "skip"]
     canary = [name for name in (canary_nodes or []) if name in to_do] or None

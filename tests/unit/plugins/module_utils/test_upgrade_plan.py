@@ -235,7 +235,7 @@ def test_plan_skips_nodes_at_target_and_names_blockers():
     nodes.append(node("cpu-node-01", gpus=0))
     result = plan.build_plan(NODES8[:4], nodes, "615.71.09", [1, "50%"], max_unavailable="50%")
     assert result["skipped"] == [{"node": "gpu-node-02", "reason": "already at 615.71.09"}]
-    assert result["blockers"] == [{"node": "gpu-node-03", "reason": "already cordoned (not by this collection)"}]
+    assert result["blockers"] == [{"node": "gpu-node-03", "reason": "already cordoned (not by this roll-out)"}]
     assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-03", "gpu-node-04"]]
     assert result["batches"][0]["kind"] == "canary"
     assert result["max_unavailable"] == 2
@@ -283,3 +283,14 @@ def test_pause_and_window_are_reasons_too():
     assert verdict["reasons"][0].startswith("paused by alice: waiting for the quarterly training run")
     assert verdict["reasons"][1] == "outside the maintenance window 22:00-04:00 UTC on sat"
     assert plan.pause_of(lease("stop")) == ("someone", "stop")
+
+
+def test_a_node_left_cordoned_by_our_interrupted_run_is_resumed_not_blocked():
+    record = json.dumps({"state": "verifying", "from": "595.91.07", "to": "615.71.09", "run_id": "r",
+                         "boot_id_before": "b1"})
+    nodes = [node("gpu-node-01", cordoned=True, annotations={plan.RECORD_ANNOTATION: record},
+                  labels={plan.GFD_DRIVER_LABEL: "615.71.09"}), node("gpu-node-02")]
+    result = plan.build_plan(["gpu-node-01", "gpu-node-02"], nodes, "615.71.09", [1, 1])
+    assert result["blockers"] == []
+    assert result["nodes"]["gpu-node-01"]["action"] == "verify"
+    assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-02"]]
