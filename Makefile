@@ -1,5 +1,7 @@
-# Single entry point for developers and CI. Needs only Debian 12/13 with Python 3.11+ (root for the twin).
+# Single entry point for developers and CI. Needs only Debian 12/13 with Python 3.11+ (root for the twin and for
+# `make deps` to install the system packages of hack/apt-packages.txt; NO_DEPS=1 skips that check).
 #   make test   sanity + units + lint + twin tests      make demo   the main job against the fleet twin
+#   make test-matrix   units + diagnose twin run on the lowest and newest ansible-core the collection claims
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -13,15 +15,24 @@ SANITY_PYTHON ?= 3.11
 TARGET_PYTHONS ?= 3.9 3.10 3.12 3.13
 PYTEST_LAB ?= -q
 STATE_DIR ?= $(CURDIR)/lab-state
+APT_PACKAGES ?= hack/apt-packages.txt
+# <ansible-core minor>:<python>: the floor of meta/runtime.yml and the newest requirements.txt allows
+MATRIX ?= 2.16:3.11 2.21:3.13
 
-.PHONY: help venv tree sanity units lint changelog-lint lab-test test demo clean
+.PHONY: help deps venv tree sanity units lint changelog-lint lab-test test test-matrix demo clean
 
 help:
 	@echo "make test    sanity (ansible-test), units (ansible-test), ansible-lint (production), twin tests"
 	@echo "make demo    start the fleet twin, run the diagnose playbook over it, stop the twin"
-	@echo "make venv | sanity | units | lint | lab-test | clean"
+	@echo "make test-matrix   unit tests + diagnose twin run on ansible-core $(MATRIX) (own venvs .venv-ac*)"
+	@echo "make deps | venv | sanity | units | lint | lab-test | clean"
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+deps:
+ifndef NO_DEPS
+	@bash hack/deps.sh $(APT_PACKAGES)
+endif
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt | deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
@@ -30,12 +41,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 venv: $(VENV)/.installed
 
 tree: venv
-	mkdir -p $(COLLECTION_DIR)
-	rsync -a --delete \
-	  --exclude .git --exclude /.venv --exclude /.tree --exclude /lab --exclude /lab-state \
-	  --exclude /.ci --exclude /hack --exclude /benchmarks --exclude /tests/output \
-	  --exclude __pycache__ --exclude .pytest_cache \
-	  ./ $(COLLECTION_DIR)/
+	$(BIN)/python hack/sync-tree.py . $(COLLECTION_DIR)
 
 sanity: tree
 	bash hack/ansible-test-offline-pip.sh
@@ -44,11 +50,7 @@ sanity: tree
 	@# (on PATH, or installed by pyenv, whose shims answer only for the selected version).
 	@rm -rf $(TREE)/pythons && mkdir -p $(TREE)/pythons; \
 	for version in $(TARGET_PYTHONS); do \
-	  found=""; \
-	  for candidate in $$(command -v python$$version) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$version.*/bin/python$$version 2>/dev/null); do \
-	    if $$candidate -V >/dev/null 2>&1; then found=$$candidate; break; fi; \
-	  done; \
-	  if [ -z "$$found" ]; then echo "python$$version not found: compile check for it skipped"; continue; fi; \
+	  if ! found=$$(hack/find-python.sh $$version); then echo "python$$version not found: compile check for it skipped"; continue; fi; \
 	  ln -s "$$found" $(TREE)/pythons/python$$version; \
 	  (cd $(COLLECTION_DIR) && PATH=$(TREE)/pythons:$$PATH $(BIN)/ansible-test sanity --color no --test compile --python $$version) || exit 1; \
 	done
@@ -64,9 +66,12 @@ lab-test: tree
 	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
 	  $(BIN)/python -m pytest $(PYTEST_LAB) lab/tests
 
-test: sanity units lint lab-test
+test: deps sanity units lint lab-test
 
-demo: tree
+test-matrix: deps tree
+	bash hack/test-matrix.sh $(TREE) $(MATRIX)
+
+demo: deps tree
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(TREE) bash lab/demo.sh $(STATE_DIR)
 
 clean:

@@ -11,7 +11,8 @@ import sys
 import time
 
 from gpulab import daemon
-from gpulab.node import CLI_PROFILES, LAB_DIR, read_json, write_json
+from gpulab.nvidia.profiles import CLI_PROFILES
+from gpulab.osutil import LAB_DIR, read_json, write_json
 
 
 class CliError(Exception):

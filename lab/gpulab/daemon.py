@@ -2,14 +2,13 @@
 
 Started by ``gpulab up`` as ``python -m gpulab.daemon DIR`` (its own session, log ``DIR/daemon.log``), it reads
 the settings ``up`` left in ``DIR/lab.json``, creates and boots the nodes, starts the Kubernetes twin when
-``gpulab.kube.cluster`` imports, then serves JSON-lines requests on ``DIR/control.sock`` (status, fault,
+``gpulab.kube.sim.cluster`` imports, then serves JSON-lines requests on ``DIR/control.sock`` (status, fault,
 clear, mok-confirm, power, down) and watches the nodes' reboot requests until ``down``.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import importlib
-import inspect
 import json
 import os
 import shutil
@@ -23,8 +22,11 @@ import traceback
 
 from gpulab import inventory, sshkeys
 from gpulab.events import EventLog
-from gpulab.node import CLUSTER_FAULTS, FaultError, Node, NodeView, kill_pids, nvidia_function, parse_fault, \
-    pid_namespace, pids_in_namespace, read_json, unmount_all_under, wait_namespace_empty, write_json
+from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
+from gpulab.layer import nvidia_function
+from gpulab.node import Node, NodeView
+from gpulab.osutil import kill_pids, pid_namespace, pids_in_namespace, read_json, unmount_all_under, \
+    wait_namespace_empty, write_json
 
 LAB_FILE = "lab.json"
 CONTROL_SOCKET = "control.sock"
@@ -250,22 +252,19 @@ class Lab:
 
     def write_runfiles(self) -> None:
         versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])))
-        write = nvidia_function(self.nvidia_backend, "runfile.write_runfile", self.log)
-        written = []
-        if write is not None:
-            # with cache_dir the NVIDIA layer prebuilds each version's modules once for all nodes
-            extra = {"cache_dir": self.cache_dir} if "cache_dir" in inspect.signature(write).parameters else {}
-            for version in versions:
-                written.append(write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, **extra))
+        write = nvidia_function(self.nvidia_backend, "runfile.write_runfile")
+        # with cache_dir the NVIDIA layer prebuilds each version's modules once for all nodes
+        written = [write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, cache_dir=self.cache_dir)
+                   for version in versions]
         self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
 
     def build_apt_repo(self, versions: list):
         """The package-method repository (``deb [trusted=yes] file:/opt/gpulab/cache/apt ./`` in a node), when the
         NVIDIA layer can build it; a lab without it still works for the runfile method."""
-        build = nvidia_function(self.nvidia_backend, "debs.build_repo", self.log)
-        if build is None or shutil.which("dpkg-scanpackages") is None:
+        if shutil.which("dpkg-scanpackages") is None:
             return None
         try:
+            build = nvidia_function(self.nvidia_backend, "debs.build_repo")
             return build(os.path.join(self.cache_dir, "apt"), versions)["source_line"]
         except Exception as error:
             self.log("apt repository of the stub driver not built: %s" % error)
@@ -273,10 +272,10 @@ class Lab:
 
     def start_cluster(self) -> None:
         try:
-            module = importlib.import_module("gpulab.kube.cluster")
+            module = importlib.import_module("gpulab.kube.sim.cluster")
             cluster_class = module.KubeCluster
         except (ImportError, AttributeError) as error:
-            self.log("Kubernetes twin not started: gpulab.kube.cluster.KubeCluster unavailable (%s)" % error)
+            self.log("Kubernetes twin not started: gpulab.kube.sim.cluster.KubeCluster unavailable (%s)" % error)
             self.save_info(kube=None)
             return
         views = [NodeView(node) for node in self.nodes]

@@ -7,177 +7,27 @@ the boot. Only the daemon calls these methods (one lock per node); ``node.json``
 """
 from __future__ import annotations
 
-import copy
-import importlib
 import json
 import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 
-from gpulab import sshkeys
+from gpulab import faults as node_faults, sshkeys
+from gpulab.faults import FaultError, parse_fault
+from gpulab.layer import nvidia_function
+from gpulab.nvidia.profiles import CLI_PROFILES
+from gpulab.osutil import LAB_DIR, mounts_under, pid_namespace, pids_in_namespace, port_accepts, read_json, \
+    wait_namespace_empty, write_json
 
-LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI_PROFILES = {"h100x8": "h100-sxm-80gb-x8", "a100x8": "a100-sxm4-80gb-x8", "l40sx4": "l40s-x4"}
 DISK_SIZE = "4g"
-DISK_FILL_FILE = "disk-full.fill"
 BOOT_TIMEOUT_S = 60
 SSH_WAIT_S = 10
-
-SIMPLE_FAULTS = ("reboot-hang", "slow-boot", "dkms-fail", "disk-full", "secure-boot-no-key", "ssh-drop",
-                 "driver-mismatch")
-CLUSTER_FAULTS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down")
-
-XID_TEXTS = {
-    13: "Graphics Exception: ESR 0x50e730=0x8e000c 0x50e734=0x0 0x50e728=0x1f81fb60 0x50e72c=0x1174",
-    31: "channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f4c_00000000.",
-    43: "Ch 00000008, engmask 00000101",
-    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860",
-    63: "Row remapping event: Bank 3 Row 0x1a2b pending.",
-    64: "Row remapping failure: Bank 3 Row 0x1a2b.",
-    74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
-    79: "GPU has fallen off the bus.",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL).",
-}
-
-
-class FaultError(ValueError):
-    pass
-
-
-def parse_fault(kind: str) -> tuple:
-    """('simple', kind) | ('xid', code, gpu_index) | ('cluster', kind); FaultError for anything else."""
-    if kind in SIMPLE_FAULTS:
-        return ("simple", kind)
-    if kind in CLUSTER_FAULTS:
-        return ("cluster", kind)
-    if kind.startswith("xid:"):
-        parts = kind.split(":")
-        try:
-            code = int(parts[1])
-            gpu_index = int(parts[2]) if len(parts) > 2 else 0
-        except (IndexError, ValueError):
-            raise FaultError("fault %r: expected xid:CODE or xid:CODE:GPU_INDEX, e.g. xid:79 or xid:48:3" % kind)
-        if len(parts) > 3 or code <= 0 or gpu_index < 0:
-            raise FaultError("fault %r: expected xid:CODE or xid:CODE:GPU_INDEX" % kind)
-        return ("xid", code, gpu_index)
-    raise FaultError("unknown fault %r; known: %s, xid:CODE[:GPU]" % (kind, ", ".join(SIMPLE_FAULTS + CLUSTER_FAULTS)))
-
-
-def nvidia_function(backend: str, dotted: str, log=None):
-    """backend.<module>.<function>, or None while the NVIDIA layer does not provide it (logged once)."""
-    module_name, function_name = dotted.rsplit(".", 1)
-    try:
-        module = importlib.import_module("%s.%s" % (backend, module_name))
-    except ImportError as error:
-        if log:
-            log("NVIDIA layer: %s.%s not importable (%s): using the fallback" % (backend, module_name, error))
-        return None
-    function = getattr(module, function_name, None)
-    if function is None and log:
-        log("NVIDIA layer: %s.%s.%s missing: using the fallback" % (backend, module_name, function_name))
-    return function
-
-
-def read_json(path: str, default=None):
-    try:
-        with open(path) as stream:
-            return json.load(stream)
-    except FileNotFoundError:
-        return default
-
-
-def write_json(path: str, data) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as stream:
-        json.dump(data, stream, indent=1, sort_keys=True)
-        stream.write("\n")
-    os.replace(tmp, path)
-
-
-def mounts_under(path: str) -> list:
-    """Mount points of the host at or below ``path`` (deepest first), from /proc/self/mountinfo."""
-    prefix = os.path.realpath(path)
-    points = []
-    with open("/proc/self/mountinfo") as stream:
-        for line in stream:
-            point = line.split()[4].replace("\\040", " ")
-            if point == prefix or point.startswith(prefix + "/"):
-                points.append(point)
-    return sorted(points, key=len, reverse=True)
-
-
-def unmount_all_under(path: str) -> list:
-    left = []
-    for point in mounts_under(path):
-        if subprocess.run(["umount", point], stderr=subprocess.DEVNULL).returncode != 0:
-            if subprocess.run(["umount", "-l", point], stderr=subprocess.DEVNULL).returncode != 0:
-                left.append(point)
-    return left
-
-
-def pid_namespace(pid: int):
-    try:
-        return os.readlink("/proc/%d/ns/pid" % pid)
-    except OSError:
-        return None
-
-
-def is_zombie(pid: int) -> bool:
-    try:
-        with open("/proc/%d/stat" % pid) as stream:
-            return stream.read().rsplit(") ", 1)[1].startswith("Z")
-    except OSError:
-        return True
-
-
-def pids_in_namespace(namespace: str) -> list:
-    """Live processes of a PID namespace (zombies hold no mounts and are left to their reaper)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and pid_namespace(int(entry)) == namespace and not is_zombie(int(entry)):
-            pids.append(int(entry))
-    return pids
-
-
-def kill_pids(pids: list, sig=signal.SIGTERM) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def wait_namespace_empty(namespace: str, timeout_s: float = 10) -> None:
-    """Wait until no live process is left in a PID namespace (its mounts are gone with them), at most timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while pids_in_namespace(namespace) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def process_name(pid: int) -> str:
-    try:
-        with open("/proc/%d/comm" % pid) as stream:
-            return stream.read().strip()
-    except OSError:
-        return ""
-
-
-def port_accepts(ip: str, port: int = 22, timeout_s: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((ip, port), timeout=timeout_s) as conn:
-            conn.settimeout(timeout_s)
-            return conn.recv(4).startswith(b"SSH")
-    except OSError:
-        return False
 
 
 class Node:
@@ -195,6 +45,7 @@ class Node:
         self.run_dir = os.path.join(self.dir, "run")
         self.firmware_dir = os.path.join(self.dir, "firmware")
         self.control_dir = os.path.join(self.dir, "control")
+        self.disk_size = DISK_SIZE
         self.lock = threading.RLock()
         self.process = None          # the unshare process of the current boot
         self.holder_pid = None       # PID 1 of the node, as the host sees it
@@ -236,6 +87,10 @@ class Node:
     def efi(self):
         return read_json(self.efi_path())
 
+    def nvidia(self, dotted: str):
+        """A function of the NVIDIA layer, e.g. ``self.nvidia("boot.apply_xid")``."""
+        return nvidia_function(self.lab.nvidia_backend, dotted)
+
     def write_faults_file(self) -> None:
         write_json(os.path.join(self.run_dir, "faults.json"), list(self.faults))
 
@@ -245,7 +100,7 @@ class Node:
         for path in (self.dir, self.tmpfs_dir, self.merged_dir, self.run_dir, self.firmware_dir, self.control_dir):
             os.makedirs(path, exist_ok=True)
         if not mounts_under(self.tmpfs_dir):
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=%s" % DISK_SIZE,
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=%s" % self.disk_size,
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
         self.hide_host_homes()
         sshkeys.generate_key(sshkeys.host_key_path(self.lab.keys_dir, self.name), "root@%s" % self.name)
@@ -269,19 +124,10 @@ class Node:
                 shutil.copyfile(source, target)
 
     def initial_hw(self) -> dict:
-        make_hw = nvidia_function(self.lab.nvidia_backend, "profiles.make_hw", self.lab.log)
-        profile = CLI_PROFILES.get(self.profile, self.profile)
-        if make_hw is None:
-            return {"node": self.name, "profile": profile, "efi": True, "gpus": []}
-        return make_hw(self.name, profile)
+        return self.nvidia("profiles.make_hw")(self.name, CLI_PROFILES.get(self.profile, self.profile))
 
     def initial_efi(self, hw: dict, secure_boot: bool) -> dict:
-        has_efi = bool(hw.get("efi", True))
-        initial = nvidia_function(self.lab.nvidia_backend, "mok.default_efi_state", self.lab.log)
-        if initial is not None:
-            return initial(efi=has_efi, secure_boot=bool(secure_boot))
-        return {"efi": has_efi, "secure_boot": bool(secure_boot) and has_efi, "setup_mode": False, "enrolled": [],
-                "pending": [], "pending_confirmed": False}
+        return self.nvidia("mok.default_efi_state")(efi=bool(hw.get("efi", True)), secure_boot=bool(secure_boot))
 
     # ---- boot ---------------------------------------------------------------------------------------------
     def boot(self) -> bool:
@@ -323,12 +169,7 @@ class Node:
 
     def apply_staged_keys(self, efi: dict) -> dict:
         confirmed = bool(efi.get("pending_confirmed"))
-        apply = nvidia_function(self.lab.nvidia_backend, "mok.apply_staged_keys", self.lab.log)
-        if apply is not None:
-            efi, enrolled = apply(efi)
-        else:
-            enrolled = [key for key in efi["pending"] if confirmed and key not in efi["enrolled"]]
-            efi = dict(efi, enrolled=efi["enrolled"] + enrolled, pending=[], pending_confirmed=False)
+        efi, enrolled = self.nvidia("mok.apply_staged_keys")(efi)
         if confirmed:
             self.lab.events.emit(self.name, "mok-enrolled", keys=len(enrolled))
         else:
@@ -474,29 +315,14 @@ class Node:
         namespace = pid_namespace(self.holder_pid) if self.holder_pid else None
         return pids_in_namespace(namespace) if namespace else []
 
-    def seconds_since_boot(self) -> float:
-        boot = read_json(os.path.join(self.run_dir, "boot.json"), {})
-        return max(0.0, time.time() - boot.get("booted_at", time.time()))
-
     def append_kmsg(self, messages: list) -> None:
-        path = os.path.join(self.run_dir, "kmsg")
-        append = nvidia_function(self.lab.nvidia_backend, "kmsg.append")
-        if append is not None:
-            append(path, messages)
-            return
-        uptime_s = self.seconds_since_boot()
-        with open(path, "a") as stream:
-            for message in messages:
-                stream.write("[%12.6f] %s\n" % (uptime_s, message))
+        self.nvidia("kmsg.append")(os.path.join(self.run_dir, "kmsg"), messages)
 
     # ---- faults -------------------------------------------------------------------------------------------
     def apply_fault(self, kind: str) -> dict:
         parsed = parse_fault(kind)
         with self.lock:
-            if parsed[0] == "xid":
-                details = self._apply_xid(parsed[1], parsed[2])
-            else:
-                details = getattr(self, "_apply_" + kind.replace("-", "_"), lambda: {})()
+            details = node_faults.apply(self, parsed)
             if kind not in self.faults:
                 self.faults.append(kind)
             self.write_faults_file()
@@ -514,149 +340,12 @@ class Node:
                 if one not in self.faults:
                     continue
                 self.faults.remove(one)
-                if parsed[0] == "xid":
-                    self._clear_xid(parsed[1], parsed[2])
-                else:
-                    getattr(self, "_clear_" + one.replace("-", "_"), lambda: None)()
+                node_faults.clear(self, parsed)
                 cleared.append(one)
                 self.write_faults_file()
                 self.save()
                 self.lab.events.emit(self.name, "clear", fault=one)
             return cleared
-
-    def _apply_xid(self, code: int, gpu_index: int) -> dict:
-        hw = self.hw()
-        gpus = hw.get("gpus") or []
-        if gpus and gpu_index >= len(gpus):
-            raise FaultError("node %s has %d GPUs; no GPU index %d" % (self.name, len(gpus), gpu_index))
-        apply_xid = nvidia_function(self.lab.nvidia_backend, "boot.apply_xid", self.lab.log)
-        if apply_xid is not None and gpus:
-            new_hw, messages = apply_xid(hw, code, gpu_index)
-        else:
-            new_hw, messages = self._fallback_xid(hw, code, gpu_index)
-        if self.holder_pid:
-            self.append_kmsg(messages)
-        self.write_hw(new_hw)
-        if self.holder_pid and code == 79:
-            self.reapply_device_views(new_hw)
-        return {"gpu_index": gpu_index, "kmsg": messages}
-
-    def _fallback_xid(self, hw: dict, code: int, gpu_index: int) -> tuple:
-        gpus = hw.get("gpus") or []
-        address = gpus[gpu_index]["pci_address"] if gpus else "0000:%02x:00.0" % (0x18 + gpu_index)
-        text = XID_TEXTS.get(code, "Unknown Xid event")
-        if code == 79 and gpus:
-            hw = copy.deepcopy(hw)
-            hw["gpus"][gpu_index]["on_bus"] = False
-        return hw, ["NVRM: Xid (PCI:%s): %d, pid='<unknown>', name=<unknown>, %s"
-                    % (address.rsplit(".", 1)[0], code, text)]
-
-    def _clear_xid(self, code: int, gpu_index: int) -> None:
-        """A GPU reset: the GPU is back on the bus, volatile error state cleared."""
-        hw = self.hw()
-        if not hw.get("gpus"):
-            return
-        reset = nvidia_function(self.lab.nvidia_backend, "boot.clear_gpu_faults", self.lab.log)
-        if reset is not None:
-            hw = reset(hw, gpu_index)
-        else:
-            hw["gpus"][gpu_index]["on_bus"] = True
-        self.write_hw(hw)
-        if self.holder_pid and code == 79:
-            self.reapply_device_views(hw)
-
-    def reapply_device_views(self, hw: dict) -> None:
-        """PCI functions of the running node after the hardware changed (Xid 79 and its clear)."""
-        compute = nvidia_function(self.lab.nvidia_backend, "boot.compute_boot_state", self.lab.log)
-        if compute is None:
-            return
-        state = compute(root=self.root_path("/"), hw=hw, efi=copy.deepcopy(self.booted_efi),
-                        faults=list(self.faults))
-        pci_dir = self.root_path("/sys/bus/pci/devices")
-        wanted = {device["address"] for device in state.get("pci_devices") or []}
-        for address in os.listdir(pci_dir):
-            if address not in wanted and address != "0000:00:00.0":
-                shutil.rmtree(os.path.join(pci_dir, address), ignore_errors=True)
-        from gpulab import nsinit
-        nsinit.make_pci_devices(self.root_path("/"), [d for d in state.get("pci_devices") or []
-                                                      if not os.path.exists(os.path.join(pci_dir, d["address"]))])
-        # /dev/nvidia* stay as they were (device files outlive a GPU that fell off the bus); add missing ones
-        nsinit.make_nvidia_dev_nodes(self.root_path("/"), [node for node in state.get("dev_nodes") or []
-                                                           if not os.path.lexists(self.root_path(node["path"]))])
-
-    def _apply_driver_mismatch(self) -> dict:
-        """A half-done upgrade: the loaded module is the previous build while the userspace on disk is the new
-        one. A running node shows it at once (its /proc and /sys driver files change); a booting one gets it
-        from compute_boot_state."""
-        self.reapply_driver_files(list(self.faults) + ["driver-mismatch"])
-        return {}
-
-    def _clear_driver_mismatch(self) -> None:
-        self.reapply_driver_files(list(self.faults))
-
-    def reapply_driver_files(self, faults: list) -> None:
-        """Rewrite the running node's kernel-driver files (/proc/driver/nvidia, /sys/module) for ``faults``."""
-        compute = nvidia_function(self.lab.nvidia_backend, "boot.compute_boot_state", self.lab.log)
-        if compute is None or not self.holder_pid or not self.state.get("module_loaded"):
-            return
-        state = compute(root=self.root_path("/"), hw=self.hw(), efi=copy.deepcopy(self.booted_efi), faults=faults)
-        if not state.get("module_loaded"):
-            return
-        from gpulab import nsinit
-        for path, text in sorted((state.get("files") or {}).items()):
-            if path.startswith(("/proc/driver/nvidia/", "/sys/module/")):
-                nsinit.write_file(self.root_path(path), text)
-        self.state["kernel_driver_version"] = state.get("kernel_driver_version")
-
-    def _apply_disk_full(self) -> dict:
-        """Shrink the disk to what is used and fill the rest: every write to / fails with ENOSPC."""
-        fill = os.path.join(self.tmpfs_dir, DISK_FILL_FILE)
-        stats = os.statvfs(self.tmpfs_dir)
-        used_bytes = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
-        subprocess.run(["mount", "-o", "remount,size=%d" % (used_bytes + (1 << 20)), self.tmpfs_dir], check=True)
-        with open(fill, "wb") as stream:
-            try:
-                while True:
-                    stream.write(b"\0" * (1 << 16))
-                    stream.flush()
-            except OSError:
-                pass
-        return {"disk_free_bytes": os.statvfs(self.tmpfs_dir).f_bavail * stats.f_frsize}
-
-    def _clear_disk_full(self) -> None:
-        try:
-            os.unlink(os.path.join(self.tmpfs_dir, DISK_FILL_FILE))
-        except FileNotFoundError:
-            pass
-        subprocess.run(["mount", "-o", "remount,size=%s" % DISK_SIZE, self.tmpfs_dir], check=True)
-
-    def _apply_ssh_drop(self) -> dict:
-        killed = [pid for pid in self.node_pids() if process_name(pid) == "sshd"]
-        kill_pids(killed, signal.SIGKILL)
-        return {"sshd_killed": len(killed)}
-
-    def _clear_ssh_drop(self) -> None:
-        if self.holder_pid:
-            rc, _out, err = self.run(["/usr/sbin/sshd", "-f", "/run/sshd-gpulab/sshd_config",
-                                      "-E", "/run/sshd-gpulab/sshd.log"])
-            if rc != 0:
-                self.lab.log("%s: sshd did not start again: %s" % (self.name, err.strip()))
-            self.wait_ssh()
-
-    def _apply_secure_boot_no_key(self) -> dict:
-        if self.state.get("efi_before_fault") is None:
-            self.state["efi_before_fault"] = self.efi()
-        return {"effective": "next boot"}
-
-    def _clear_secure_boot_no_key(self) -> None:
-        saved = self.state.get("efi_before_fault")
-        if saved is not None:
-            write_json(self.efi_path(), saved)
-        self.state["efi_before_fault"] = None
-
-    def _clear_reboot_hang(self) -> None:
-        if self.status == "hung":
-            self.lab.schedule_boot(self, delay_s=0)
 
     # ---- MOK ----------------------------------------------------------------------------------------------
     def mok_confirm(self) -> str:
@@ -708,24 +397,14 @@ class NodeView:
         if self.driver_version() is None or "driver-mismatch" in self._node.faults:
             return []
         node = self._node
-        load_hw = nvidia_function(node.lab.nvidia_backend, "smi.load_node_hw")
-        as_views = nvidia_function(node.lab.nvidia_backend, "smi.visible_gpus")
-        if load_hw is not None and as_views is not None and node.holder_pid:
+        as_views = node.nvidia("smi.visible_gpus")
+        if node.holder_pid:
             try:
                 # what NVML shows, MIG changes made with nvidia-smi included
-                return as_views(load_hw(node.root_path("/")))
+                return as_views(node.nvidia("smi.load_node_hw")(node.root_path("/")))
             except OSError:
                 pass  # the node went down meanwhile
-        gpus = []
-        for gpu in self._node.hw().get("gpus") or []:
-            if not gpu.get("on_bus", True):
-                continue
-            mig_enabled = bool(gpu.get("mig_mode_current"))
-            gpus.append({"index": gpu["index"], "uuid": gpu["uuid"], "name": gpu["name"],
-                         "memory_mib": gpu["memory_total_mib"], "mig_enabled": mig_enabled,
-                         "mig_devices": [{"profile": mig.get("profile"), "uuid": mig.get("uuid")}
-                                         for mig in (gpu.get("mig_devices") or [])] if mig_enabled else []})
-        return gpus
+        return as_views(node.hw())
 
     def pci_gpu_count(self) -> int:
         """NVIDIA GPUs on the node's PCI bus (an Xid 79 GPU is off the bus), driver or not."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shlex
 import shutil
 import socket
 import subprocess
@@ -20,7 +19,10 @@ import sys
 import time
 import traceback
 
-from gpulab.node import is_zombie, nvidia_function, write_json
+from gpulab.devviews import make_nvidia_dev_nodes, make_pci_devices
+from gpulab.layer import nvidia_function
+from gpulab.osutil import in_root, write_file, write_json
+from gpulab.systemctl import CONTROL_DIR, install_systemctl, start_units_at_boot
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -30,12 +32,7 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 
 SSHD_DIR = "/run/sshd-gpulab"
-CONTROL_DIR = "/run/gpulab-control"
 REAPER_PATH = "/run/gpulab-init"
-SYSTEMD_STATE_DIR = "/run/gpulab-systemd"
-# units started with systemctl and not stopped: on the node's disk, started again at boot ("enabled and running")
-SYSTEMD_RESTART_LIST = "/var/lib/gpulab-systemd/started"
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 
 # PID 1 of the node once setup is done: reaps orphans; SIGTERM ends the node (kill(-1) = all of the namespace).
 REAPER = r"""# PID 1 of a gpulab node twin (written at each boot by gpulab.nsinit)
@@ -109,19 +106,6 @@ def host_pid() -> int:
     raise RuntimeError("no NSpid in /proc/self/status")
 
 
-def in_root(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/"))
-
-
-def write_file(path: str, text: str, mode: int = 0o644) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.islink(path):
-        os.unlink(path)
-    with open(path, "w") as stream:
-        stream.write(text)
-    os.chmod(path, mode)
-
-
 def mount_overlay(req: dict) -> str:
     tmpfs = req["tmpfs_dir"]
     for sub in ("upper", "work"):
@@ -133,18 +117,12 @@ def mount_overlay(req: dict) -> str:
 
 
 def call_nvidia(backend: str, dotted: str, **kwargs):
-    """backend.<module>.<function>(...) or None when the NVIDIA layer does not provide it (logged in boot.log)."""
-    function = nvidia_function(backend, dotted, log)
-    return None if function is None else function(**kwargs)
+    """backend.<module>.<function>(...) of the NVIDIA layer."""
+    return nvidia_function(backend, dotted)(**kwargs)
 
 
 def has_efi(req: dict) -> bool:
     return req["efi"] is not None and bool(req["efi"].get("efi", True))
-
-
-def empty_boot_state() -> dict:
-    return {"module_loaded": False, "kernel_driver_version": None, "files": {}, "pci_devices": [],
-            "dev_nodes": [], "modules": [], "kmsg": []}
 
 
 def compute_state(req: dict, merged: str) -> dict:
@@ -152,12 +130,8 @@ def compute_state(req: dict, merged: str) -> dict:
     if req.get("preinstall_driver"):
         call_nvidia(backend, "runfile.install_driver", root=merged, version=req["preinstall_driver"],
                     cache_dir=req["cache_dir"])
-    state = call_nvidia(backend, "boot.compute_boot_state", root=merged, hw=req["hw"], efi=req["efi"],
-                        faults=req["faults"])
-    result = empty_boot_state()
-    if state:
-        result.update(state)
-    return result
+    return call_nvidia(backend, "boot.compute_boot_state", root=merged, hw=req["hw"], efi=req["efi"],
+                       faults=req["faults"])
 
 
 def generic_boot_messages(req: dict) -> list:
@@ -171,18 +145,15 @@ def generic_boot_messages(req: dict) -> list:
 
 
 def kernel_log_text(req: dict, state: dict, booted_at: float) -> str:
-    """run/kmsg: /dev/kmsg records when the NVIDIA layer gives them (``kmsg_records``), else dmesg lines."""
+    """run/kmsg: ``# boot_epoch=``, then /dev/kmsg records: the generic boot lines and the NVIDIA layer's
+    (``kmsg_records`` of compute_boot_state)."""
     generic = generic_boot_messages(req)
-    records = state.get("kmsg_records")
-    if records is not None:
-        lines = ["# boot_epoch=%.6f" % booted_at]
-        lines += ["6,%d,%d,-;%s" % (seq, 500000 + seq * 13717, text) for seq, text in enumerate(generic)]
-        for seq, record in enumerate(records, start=len(generic)):
-            level, _old_seq, rest = record.split(",", 2)
-            lines.append("%s,%d,%s" % (level, seq, rest))
-        return "\n".join(lines) + "\n"
-    messages = generic + list(state.get("kmsg") or [])
-    return "".join("[%12.6f] %s\n" % (0.5 + index * 0.0137, message) for index, message in enumerate(messages))
+    lines = ["# boot_epoch=%.6f" % booted_at]
+    lines += ["6,%d,%d,-;%s" % (seq, 500000 + seq * 13717, text) for seq, text in enumerate(generic)]
+    for seq, record in enumerate(state["kmsg_records"], start=len(generic)):
+        level, _old_seq, rest = record.split(",", 2)
+        lines.append("%s,%d,%s" % (level, seq, rest))
+    return "\n".join(lines) + "\n"
 
 
 def publish_run_files(req: dict, state: dict) -> None:
@@ -218,33 +189,6 @@ def make_dev(merged: str, dev_nodes: list) -> None:
     mount("devpts", os.path.join(dev, "pts"), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     mount("tmpfs", os.path.join(dev, "shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     make_nvidia_dev_nodes(merged, dev_nodes)
-
-
-def make_nvidia_dev_nodes(root: str, dev_nodes: list) -> None:
-    for node in dev_nodes:
-        path = in_root(root, node["path"])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.mknod(path, 0o666 | 0o020000, os.makedev(int(node["major"]), int(node["minor"])))
-        os.chmod(path, 0o666)
-
-
-def make_pci_devices(root: str, pci_devices: list) -> None:
-    """NVIDIA functions (and the host bridge every machine has) as /sys/bus/pci/devices/<address>/ entries."""
-    base = in_root(root, "/sys/bus/pci/devices")
-    host_bridge = {"address": "0000:00:00.0", "vendor": "0x8086", "device": "0x09a2", "class": "0x060000",
-                   "driver": None}
-    for device in [host_bridge] + list(pci_devices):
-        path = os.path.join(base, device["address"])
-        os.makedirs(path, exist_ok=True)
-        for key in ("vendor", "device", "class"):
-            with open(os.path.join(path, key), "w") as stream:
-                stream.write(device[key] + "\n")
-        for key in ("subsystem_vendor", "subsystem_device"):
-            if device.get(key):
-                with open(os.path.join(path, key), "w") as stream:
-                    stream.write(device[key] + "\n")
-        if device.get("driver"):
-            os.symlink("../../../../bus/pci/drivers/%s" % device["driver"], os.path.join(path, "driver"))
 
 
 def mount_views(req: dict, merged: str, state: dict) -> None:
@@ -283,16 +227,6 @@ def write_identity(req: dict, merged: str) -> None:
     write_file(in_root(merged, "/etc/hosts"),
                "127.0.0.1\tlocalhost\n%s\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % (req["ip"], req["name"]))
     write_file(in_root(merged, "/etc/machine-id"), req["machine_id"] + "\n", 0o444)
-
-
-def install_systemctl(merged: str) -> None:
-    """The node has no systemd: a small ``systemctl`` (``python -m gpulab.nsinit systemctl``) runs units'
-    ExecStart itself, so Ansible's service/systemd modules and an operator's ``systemctl restart`` work."""
-    write_file(in_root(merged, "/usr/bin/systemctl"),
-               FAKE_WRAPPER % {"name": "systemctl", "command": "env PYTHONPATH=/opt/gpulab/lib /usr/bin/python3 -m "
-                               "gpulab.nsinit systemctl"}, 0o755)
-    os.makedirs(in_root(merged, "/run/systemd/system"), exist_ok=True)
-    os.makedirs(in_root(merged, SYSTEMD_STATE_DIR), exist_ok=True)
 
 
 def install_power_commands(merged: str) -> None:
@@ -392,7 +326,7 @@ def boot(req: dict) -> dict:
     install_reaper(merged)
     os.chroot(merged)
     os.chdir("/")
-    start_units_at_boot()
+    start_units_at_boot(log)
     if req["start_sshd"]:
         start_sshd()
     return {"ok": True, "host_pid": pid, "setup_s": round(time.monotonic() - started, 3),
@@ -400,271 +334,7 @@ def boot(req: dict) -> dict:
             "kernel_driver_version": state.get("kernel_driver_version")}
 
 
-# ---- the node's systemctl ------------------------------------------------------------------------------------
-def unit_name(name: str) -> str:
-    return name if "." in name else name + ".service"
-
-
-def unit_path(unit: str):
-    for directory in UNIT_DIRS:
-        path = os.path.join(directory, unit)
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def unit_settings(unit: str) -> dict:
-    """[Unit]/[Service] keys of a unit with its drop-ins (an empty ``ExecStart=`` resets, as in systemd)."""
-    settings = {}
-    path = unit_path(unit)
-    files = [path] if path else []
-    for directory in UNIT_DIRS:
-        dropins = os.path.join(directory, unit + ".d")
-        if os.path.isdir(dropins):
-            files += [os.path.join(dropins, name) for name in sorted(os.listdir(dropins)) if name.endswith(".conf")]
-    for file_path in files:
-        with open(file_path) as stream:
-            for raw in stream:
-                line = raw.strip()
-                if not line or line.startswith(("#", ";", "[")) or "=" not in line:
-                    continue
-                key, value = (part.strip() for part in line.split("=", 1))
-                if key == "ExecStart" and not value:
-                    settings.pop("ExecStart", None)
-                else:
-                    settings[key] = value
-    return settings
-
-
-def unit_pid(unit: str):
-    """PID of the unit's running main process, None when it is not running."""
-    try:
-        with open(os.path.join(SYSTEMD_STATE_DIR, unit + ".pid")) as stream:
-            pid = int(stream.read())
-    except (OSError, ValueError):
-        return None
-    return None if is_zombie(pid) else pid
-
-
-def unit_state(unit: str) -> str:
-    if unit_pid(unit):
-        return "active"
-    return "failed" if os.path.exists(os.path.join(SYSTEMD_STATE_DIR, unit + ".failed")) else "inactive"
-
-
-def enabled_state(unit: str) -> str:
-    if os.path.realpath(os.path.join("/etc/systemd/system", unit)) == "/dev/null":
-        return "masked"
-    for directory in ("/etc/systemd/system", "/lib/systemd/system"):
-        for entry in os.listdir(directory) if os.path.isdir(directory) else []:
-            if entry.endswith((".wants", ".requires")) and os.path.lexists(os.path.join(directory, entry, unit)):
-                return "enabled"
-    settings = unit_settings(unit)
-    return "disabled" if settings.get("WantedBy") or settings.get("RequiredBy") else "static"
-
-
-def remember_started(unit: str, started: bool) -> None:
-    units = set(started_units())
-    units = units | {unit} if started else units - {unit}
-    os.makedirs(os.path.dirname(SYSTEMD_RESTART_LIST), exist_ok=True)
-    with open(SYSTEMD_RESTART_LIST, "w") as stream:
-        stream.write("".join(name + "\n" for name in sorted(units)))
-
-
-def started_units() -> list:
-    try:
-        with open(SYSTEMD_RESTART_LIST) as stream:
-            return [line.strip() for line in stream if line.strip()]
-    except FileNotFoundError:
-        return []
-
-
-def start_units_at_boot() -> None:
-    """After chroot: the units that ran before the reboot run again (their log goes to /run/gpulab-systemd)."""
-    os.makedirs(SYSTEMD_STATE_DIR, exist_ok=True)
-    for unit in started_units():
-        if start_unit(unit) != 0:
-            log("unit %s failed to start at boot" % unit)
-
-
-def start_unit(unit: str) -> int:
-    remember_started(unit, True)
-    if unit_pid(unit):
-        return 0
-    command = unit_settings(unit).get("ExecStart")
-    if not command:
-        sys.stderr.write("Failed to start %s: Unit %s not found.\n" % (unit, unit))
-        return 5
-    argv = shlex.split(command.lstrip("-@+!:"))
-    log_path = os.path.join(SYSTEMD_STATE_DIR, unit + ".log")
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    with open(os.path.join(SYSTEMD_STATE_DIR, unit + ".pid"), "w") as stream:
-        stream.write(str(process.pid))
-    time.sleep(0.3)  # a service that dies at once failed to start, as systemd reports it
-    if process.poll() is not None and process.returncode != 0:
-        open(os.path.join(SYSTEMD_STATE_DIR, unit + ".failed"), "w").close()
-        sys.stderr.write("Job for %s failed because the control process exited with error code.\n"
-                         "See \"systemctl status %s\" for details.\n" % (unit, unit))
-        return 1
-    try:
-        os.unlink(os.path.join(SYSTEMD_STATE_DIR, unit + ".failed"))
-    except FileNotFoundError:
-        pass
-    return 0
-
-
-def stop_unit(unit: str) -> int:
-    remember_started(unit, False)
-    pid = unit_pid(unit)
-    if pid:
-        os.killpg(pid, 15) if os.getpgid(pid) == pid else os.kill(pid, 15)
-        deadline = time.monotonic() + 10
-        while unit_pid(unit) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if unit_pid(unit):
-            os.kill(pid, 9)
-    for suffix in (".pid", ".failed"):
-        try:
-            os.unlink(os.path.join(SYSTEMD_STATE_DIR, unit + suffix))
-        except FileNotFoundError:
-            pass
-    return 0
-
-
-def show_unit(unit: str) -> str:
-    settings = unit_settings(unit)
-    path = unit_path(unit)
-    active = unit_state(unit)
-    masked = enabled_state(unit) == "masked"
-    properties = {
-        "Id": unit, "Names": unit, "Description": settings.get("Description", unit),
-        "LoadState": "masked" if masked else ("loaded" if path else "not-found"),
-        "ActiveState": active, "SubState": {"active": "running", "failed": "failed"}.get(active, "dead"),
-        "UnitFileState": enabled_state(unit) if path else "", "FragmentPath": path or "",
-        "MainPID": str(unit_pid(unit) or 0), "Type": settings.get("Type", "simple"),
-        "ExecMainStatus": "0", "CanReload": "yes" if settings.get("ExecReload") else "no",
-    }
-    return "".join("%s=%s\n" % item for item in properties.items())
-
-
-def set_enabled(unit: str, enabled: bool) -> int:
-    if not unit_path(unit):
-        sys.stderr.write("Failed to %s unit: Unit file %s does not exist.\n" % ("enable" if enabled else "disable",
-                                                                              unit))
-        return 1
-    wants = os.path.join("/etc/systemd/system", "multi-user.target.wants")
-    link = os.path.join(wants, unit)
-    if enabled and not os.path.lexists(link):
-        os.makedirs(wants, exist_ok=True)
-        os.symlink(unit_path(unit), link)
-        sys.stderr.write("Created symlink %s \u2192 %s.\n" % (link, unit_path(unit)))
-    elif not enabled and os.path.lexists(link):
-        os.unlink(link)
-        sys.stderr.write("Removed \"%s\".\n" % link)
-    return 0
-
-
-def request_power(action: str) -> int:
-    with open(os.path.join(CONTROL_DIR, "request.tmp"), "w") as stream:
-        json.dump({"action": action, "when": "now", "program": "systemctl"}, stream)
-    os.replace(os.path.join(CONTROL_DIR, "request.tmp"), os.path.join(CONTROL_DIR, "request"))
-    return 0
-
-
-def list_units() -> str:
-    lines = []
-    for unit in sorted(known_units()):
-        active = unit_state(unit)
-        sub = {"active": "running", "failed": "failed"}.get(active, "dead")
-        lines.append("%s loaded %s %s %s" % (unit, active, sub, unit_settings(unit).get("Description", unit)))
-    return "\n".join(lines) + "\n"
-
-
-def list_unit_files() -> str:
-    lines = ["UNIT FILE STATE VENDOR PRESET"]
-    lines += ["%s %s enabled" % (unit, enabled_state(unit)) for unit in sorted(known_units())]
-    return "\n".join(lines) + "\n\n%d unit files listed.\n" % (len(lines) - 1)
-
-
-def known_units() -> set:
-    units = set()
-    for directory in UNIT_DIRS:
-        if os.path.isdir(directory):
-            units |= {name for name in os.listdir(directory) if name.endswith(".service") and "@" not in name}
-    return units
-
-
-def systemctl_main(args: list) -> int:
-    """``systemctl`` of a node twin: units run as plain processes of the node, state in /run/gpulab-systemd."""
-    words = [arg for arg in args if not arg.startswith("-")]
-    if "--version" in args:
-        sys.stdout.write("systemd 252 (252.gpulab)\n")
-        return 0
-    if not words:
-        sys.stdout.write(list_units())
-        return 0
-    verb, units = words[0], [unit_name(word) for word in words[1:]]
-    os.makedirs(SYSTEMD_STATE_DIR, exist_ok=True)
-    if verb in ("reboot", "poweroff", "halt"):
-        return request_power("reboot" if verb == "reboot" else "poweroff")
-    if verb in ("daemon-reload", "daemon-reexec", "reset-failed"):
-        return 0
-    if verb == "list-units":
-        sys.stdout.write(list_units())
-        return 0
-    if verb == "list-unit-files":
-        sys.stdout.write(list_unit_files())
-        return 0
-    if verb == "show":
-        sys.stdout.write("\n".join(show_unit(unit) for unit in units))
-        return 0
-    if verb == "is-active":
-        states = [unit_state(unit) for unit in units]
-        sys.stdout.write("".join(state + "\n" for state in states))
-        return 0 if all(state == "active" for state in states) else 3
-    if verb == "is-failed":
-        return 0 if any(unit_state(unit) == "failed" for unit in units) else 1
-    if verb == "is-enabled":
-        for unit in units:
-            if not unit_path(unit):
-                sys.stderr.write("Failed to get unit file state for %s: No such file or directory\n" % unit)
-                return 1
-        states = [enabled_state(unit) for unit in units]
-        sys.stdout.write("".join(state + "\n" for state in states))
-        return 0 if all(state in ("enabled", "static") for state in states) else 1
-    if verb == "status":
-        for unit in units:
-            state = unit_state(unit)
-            sys.stdout.write("* %s - %s\n     Loaded: %s\n     Active: %s\n" % (
-                unit, unit_settings(unit).get("Description", unit), "loaded (%s)" % unit_path(unit)
-                if unit_path(unit) else "not-found", state))
-        return 0 if all(unit_state(unit) == "active" for unit in units) else (3 if all(unit_path(u) for u in units) else 4)
-    actions = {"start": [start_unit], "stop": [stop_unit], "restart": [stop_unit, start_unit],
-               "try-restart": [stop_unit, start_unit], "reload-or-restart": [stop_unit, start_unit],
-               "reload": [stop_unit, start_unit], "enable": [lambda unit: set_enabled(unit, True)],
-               "disable": [lambda unit: set_enabled(unit, False)]}
-    if verb not in actions:
-        sys.stderr.write("gpulab node twin: systemctl %s is not supported\n" % verb)
-        return 1
-    if verb in ("enable", "disable") and "--now" in args:
-        actions[verb].append(start_unit if verb == "enable" else stop_unit)
-    for unit in units:
-        if verb == "try-restart" and not unit_pid(unit):
-            continue
-        if verb not in ("stop", "disable") and not unit_path(unit):
-            sys.stderr.write("Failed to %s %s: Unit %s not found.\n" % (verb, unit, unit))
-            return 5
-        for action in actions[verb]:
-            rc = action(unit)
-            if rc:
-                return rc
-    return 0
-
-
 def main(argv: list) -> int:
-    if len(argv) > 1 and argv[1] == "systemctl":
-        return systemctl_main(argv[2:])
     with open(argv[1]) as stream:
         req = json.load(stream)
     try:

@@ -18,6 +18,11 @@ import pytest
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(LAB_DIR)
 VENV_BIN = os.path.dirname(sys.executable)
+# Real-world captures: the collection's fixture store (provenance there), then the one capture only the twin's tests
+# read (lab/tests/nvidia_fixtures/, provenance there).
+FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"),
+                os.path.join(REPO_DIR, "tests", "unit", "fixtures", "kernel"),
+                os.path.join(LAB_DIR, "tests", "nvidia_fixtures"))
 if LAB_DIR not in sys.path:
     sys.path.insert(0, LAB_DIR)
 
@@ -120,7 +125,13 @@ class Lab:
         return after["boot_id"]
 
 
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the fleet twin needs root (namespaces, mounts, sshd)")
+
+
 def start_lab(state_dir: str, *up_args, extra_pythonpath=()) -> Lab:
+    require_root()
     lab = Lab(state_dir, extra_pythonpath)
     try:
         lab.gpulab("up", *up_args)
@@ -137,6 +148,14 @@ def stop_lab(lab: Lab) -> None:
         lab.gpulab("down", check=False)
 
 
+def fixture_path(name: str) -> str:
+    for directory in FIXTURE_DIRS:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError("fixture %s is in none of %s" % (name, ", ".join(FIXTURE_DIRS)))
+
+
 def collections_path():
     """A folder holding ansible_collections/gpuops/nvidia with the facts module: $ANSIBLE_COLLECTIONS_PATH (make
     lab-test sets it to the collection tree), an entry of $PYTHONPATH or the checkout's .tree symlink tree."""
@@ -150,10 +169,10 @@ def collections_path():
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def needs_root():
-    if os.geteuid() != 0:
-        pytest.skip("the fleet twin needs root (namespaces, mounts, sshd)")
+    """For tests that need root without starting a lab (start_lab, hence ``lab``, checks by itself)."""
+    require_root()
 
 
 @pytest.fixture(scope="session")

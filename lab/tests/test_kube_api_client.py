@@ -15,10 +15,10 @@ kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from gpulab.kube.kubeconfig import write_kubeconfig  # noqa: E402
-from gpulab.kube.recorder import Recorder, read_records  # noqa: E402
-from gpulab.kube.server import ApiServer  # noqa: E402
-from gpulab.kube.store import Store  # noqa: E402
+from gpulab.kube.api.kubeconfig import write_kubeconfig  # noqa: E402
+from gpulab.kube.api.recorder import Recorder, read_records  # noqa: E402
+from gpulab.kube.api.server import ApiServer  # noqa: E402
+from gpulab.kube.api.store import Store  # noqa: E402
 
 READY = [{"type": "Ready", "status": "True"}]
 

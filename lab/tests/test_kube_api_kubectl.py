@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from gpulab.kube.kubeconfig import write_kubeconfig
-from gpulab.kube.server import ApiServer
-from gpulab.kube.store import Store
+from gpulab.kube.api.kubeconfig import write_kubeconfig
+from gpulab.kube.api.server import ApiServer
+from gpulab.kube.api.store import Store
 
 KUBECTL = shutil.which("kubectl")
 OTHER_KUBECTLS = sorted(glob.glob("/usr/lib/google-cloud-sdk/bin/kubectl.1.*"))

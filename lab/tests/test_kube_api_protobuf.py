@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.kube import protobuf
+from gpulab.kube.api import protobuf
 
 pytestmark = pytest.mark.skipif(not protobuf.default_schema().messages,
                                 reason="no kubectl binary with protobuf descriptors on this machine")

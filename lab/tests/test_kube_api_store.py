@@ -6,10 +6,12 @@ import json
 
 import pytest
 
-from gpulab.kube.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from gpulab.kube.recorder import Recorder, read_records
-from gpulab.kube.selectors import SelectorError, label_selector_from_object, parse_field_selector, parse_label_selector
-from gpulab.kube.store import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, Store
+from gpulab.kube.api.patch import (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, PatchError, json_patch, merge_patch,
+                                   strategic_merge_patch)
+from gpulab.kube.api.recorder import Recorder, read_records
+from gpulab.kube.api.selectors import SelectorError, label_selector_from_object, parse_field_selector, parse_label_selector
+from gpulab.kube.api.errors import ApiError
+from gpulab.kube.api.store import Store
 
 READY = [{"type": "Ready", "status": "True"}]
 NOT_READY = [{"type": "Ready", "status": "False"}]

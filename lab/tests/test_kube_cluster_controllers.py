@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from gpulab.kube import checker
-from gpulab.kube.cluster import KubeCluster
-from gpulab.kube.deviceplugin import DAEMONSET_NAME, NAMESPACE as PLUGIN_NAMESPACE
-from gpulab.kube.store import ApiError
+from gpulab.kube.api.errors import ApiError
+from gpulab.kube.sim import checker
+from gpulab.kube.sim.cluster import KubeCluster
+from gpulab.kube.sim.deviceplugin import DAEMONSET_NAME, NAMESPACE as PLUGIN_NAMESPACE
 from gpulab.kube.testing import FakeNodeView, make_gpus
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from gpulab.kube.cluster import KubeCluster
+from gpulab.kube.sim.cluster import KubeCluster
 from gpulab.kube.testing import FakeNodeView, make_gpus
 
 KUBECTL = shutil.which("kubectl")
@@ -187,7 +187,7 @@ def test_kubelet_restart_seen_with_kubectl_plugin_re_registers_by_itself(lab):
 
 
 def test_checker_reads_the_records_of_a_kubectl_drain_and_cordons(lab):
-    from gpulab.kube import checker
+    from gpulab.kube.sim import checker
     put_three_web_pods_on_gpu_0(lab)
     kubectl(lab, "drain", "gpu-0", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s")
     kubectl(lab, "cordon", "gpu-1")

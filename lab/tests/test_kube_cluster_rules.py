@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpulab.kube import deviceplugin, scheduler
-from gpulab.kube.controllers import rollout_targets, wanted_node_taints
+from gpulab.kube.sim import deviceplugin, scheduler
+from gpulab.kube.sim.workloads import rollout_targets, wanted_node_taints
 from gpulab.kube.testing import make_gpus
 
 

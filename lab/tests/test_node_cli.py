@@ -7,8 +7,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import lab_env, start_lab, stop_lab
-from gpulab.node import pid_namespace, pids_in_namespace  # conftest puts lab/ on sys.path
+from gpulab.osutil import pid_namespace, pids_in_namespace  # conftest puts lab/ on sys.path
 
 
 def gpulab(*args, env=None) -> subprocess.CompletedProcess:
@@ -16,12 +18,14 @@ def gpulab(*args, env=None) -> subprocess.CompletedProcess:
                           env=env or lab_env(), timeout=60)
 
 
+@pytest.mark.usefixtures("needs_root")  # the gpulab CLI refuses other users
 def test_status_without_a_lab_says_how_to_start_one(tmp_path):
     done = gpulab("status", "--state-dir", str(tmp_path))
     assert done.returncode == 1
     assert "no lab daemon answers in %s" % tmp_path in done.stderr and "gpulab up" in done.stderr
 
 
+@pytest.mark.usefixtures("needs_root")  # the gpulab CLI refuses other users
 def test_state_dir_comes_from_the_environment(tmp_path):
     env = dict(lab_env(), GPULAB_STATE_DIR=str(tmp_path))
     done = gpulab("status", env=env)
@@ -30,6 +34,7 @@ def test_state_dir_comes_from_the_environment(tmp_path):
     assert gpulab("status", env=env).returncode == 2  # argparse: --state-dir required
 
 
+@pytest.mark.usefixtures("needs_root")  # the gpulab CLI refuses other users
 def test_up_refuses_a_node_count_out_of_range_without_touching_the_dir(tmp_path):
     state_dir = tmp_path / "never"
     done = gpulab("up", "--state-dir", str(state_dir), "--nodes", "0")
@@ -37,6 +42,7 @@ def test_up_refuses_a_node_count_out_of_range_without_touching_the_dir(tmp_path)
     assert not state_dir.exists()
 
 
+@pytest.mark.usefixtures("needs_root")  # the gpulab CLI refuses other users
 def test_down_without_a_lab_is_an_error(tmp_path):
     done = gpulab("down", "--state-dir", str(tmp_path))
     assert done.returncode == 1 and "no lab in" in done.stderr

@@ -12,7 +12,7 @@ from conftest import LAB_DIR, Lab, start_lab, stop_lab
 
 sys.path.insert(0, LAB_DIR)
 from gpulab.daemon import ssh_clients_of  # noqa: E402
-from gpulab.node import pid_namespace, pids_in_namespace  # noqa: E402
+from gpulab.osutil import pid_namespace, pids_in_namespace  # noqa: E402
 
 
 def host_view() -> dict:

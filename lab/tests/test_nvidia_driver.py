@@ -164,6 +164,7 @@ def test_module_type_flags_and_branch_defaults_choose_the_licence(node_root, cac
     assert modinfo(module_path(node_root, "nvidia"))["license"] == "Dual MIT/GPL"
 
 
+@pytest.mark.usefixtures("needs_root")  # dkms install refuses other users
 def test_dkms_install_registers_the_module_which_dkms_builds_and_signs_with_its_mok_key(
         node_root, cache_dir, runfiles, collection, tmp_path):
     dkms_key = {"mok_signing_key": str(tmp_path / "mok.key"), "mok_certificate": str(tmp_path / "mok.pub")}
@@ -210,6 +211,7 @@ def test_nouveau_in_use_blocks_the_install_and_disable_nouveau_blacklists_it(nod
     assert boot.nouveau_blacklisted(node_root)
 
 
+@pytest.mark.usefixtures("needs_root")  # unshare --mount and dkms install
 def test_dkms_fail_fault_makes_the_dkms_build_fail_inside_the_node(node_root, cache_dir, runfiles, tmp_path):
     """In a private mount namespace whose /run/gpulab/faults.json lists dkms-fail (as a node's does), the real dkms
     build of the module fails and the runfile reports it; the runfile's own cached install still works."""

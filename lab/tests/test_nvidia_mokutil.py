@@ -13,9 +13,9 @@ import pytest
 
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(LAB_DIR)
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvidia_fixtures")
 sys.path.insert(0, LAB_DIR)
 
+from conftest import fixture_path  # noqa: E402
 from gpulab.nvidia import mok  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def mokutil(efi_path: str, *argv, stdin: str = "") -> tuple:
 
 
 def real_strings() -> list:
-    with open(os.path.join(FIXTURES, "mokutil_outputs.txt"), encoding="utf-8") as handle:
+    with open(fixture_path("mokutil_outputs.txt"), encoding="utf-8") as handle:
         return [line for line in handle.read().splitlines() if line and not line.startswith("#")]
 
 

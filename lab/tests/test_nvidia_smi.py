@@ -1,7 +1,8 @@
 """The twin's nvidia-smi prints what the real one prints, and the collection's parsers read it as the profile says.
 
 No node is needed: the renderers run on `profiles.make_hw` data and are compared with real captures
-(`nvidia_fixtures/`, provenance in `nvidia_fixtures/PROVENANCE.md`); the parsers are the collection's own
+(the collection's `tests/unit/fixtures/`, and `nvidia_fixtures/` for the one only these tests read; see
+`fixture_path` in conftest.py); the parsers are the collection's own
 (`plugins/module_utils/_nvidia_smi.py`, `_driver_state.py`, `_xid.py`).
 """
 from __future__ import annotations
@@ -16,9 +17,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvidia_fixtures")
 sys.path.insert(0, LAB_DIR)
 
+from conftest import fixture_path  # noqa: E402
 from gpulab.nvidia import boot, kmsg, profiles, smi  # noqa: E402
 
 VERSION = "570.124.06"
@@ -30,7 +31,7 @@ CONTRACT_GPU_KEYS = ["uuid", "name", "memory_total_mib", "memory_used_mib", "per
 
 
 def fixture_text(name: str) -> str:
-    with open(os.path.join(FIXTURES, name), encoding="utf-8") as handle:
+    with open(fixture_path(name), encoding="utf-8") as handle:
         return handle.read()
 
 

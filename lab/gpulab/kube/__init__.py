@@ -1,2 +1,2 @@
-"""Kubernetes API twin: an in-process store and an HTTPS API server that real kubectl and the official
-Python client accept (see README.md)."""
+"""Kubernetes twin: `api/` (the API machinery real kubectl and the Python client talk to) and `sim/` (GPU nodes,
+kubelets, device plugin and controllers built on it); `testing.py` is for tests only (see README.md)."""

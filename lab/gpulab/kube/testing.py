@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 import uuid
 
+from gpulab.nvidia.profiles import H100_MEMORY_MIB, H100_NAME
+
 NVIDIA_SMI_NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n")
 
-H100_NAME = "NVIDIA H100 80GB HBM3"
-H100_MEMORY_MIB = 81559
 
 
 def make_gpus(count: int, name: str = H100_NAME, memory_mib: int = H100_MEMORY_MIB,

@@ -105,7 +105,8 @@ def build_date(version: str) -> str:
 
 
 def proc_version_text(version: str, flavor: str) -> str:
-    """`/proc/driver/nvidia/version` in NVIDIA's exact formats (fixtures `proc-driver-nvidia-version_*`)."""
+    """`/proc/driver/nvidia/version` in NVIDIA's exact formats
+    (`tests/unit/fixtures/kernel/proc-driver-nvidia-version_*`)."""
     if flavor == "open":
         first = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  " \
                 "(dvs-builder@U16-I3-B03-4-3)  %s" % (version, build_date(version))

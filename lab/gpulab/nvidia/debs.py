@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 
-from gpulab.nvidia import installer
+from gpulab.nvidia import installer, kmodbuild
 
 NODE_REPO_PATH = "/opt/gpulab/cache/apt"
 DEB_REVISION = "1"
@@ -81,7 +81,7 @@ def _build_deb(out_dir: str, name: str, version: str, control: str, fill, script
 
 def _kernel_dkms_fill(version: str, flavor: str):
     def fill(tree: str) -> None:
-        installer.write_module_sources(os.path.join(tree, "usr/src/nvidia-%s" % version), version, flavor)
+        kmodbuild.write_module_sources(os.path.join(tree, "usr/src/nvidia-%s" % version), version, flavor)
         _write(tree, "/etc/modprobe.d/nvidia-blacklists-nouveau.conf", NOUVEAU_BLACKLIST)
     return fill
 

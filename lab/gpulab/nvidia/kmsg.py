@@ -216,7 +216,8 @@ def xid_bus(pci_address: str) -> str:
 
 
 def xid_lines(hw: dict, gpu_index: int, code: int, pid: int | None = None, process: str | None = None) -> list:
-    """Kernel-log lines of Xid `code` on a GPU, in the driver's format (fixtures `xid_kernel-log_lines_*`)."""
+    """Kernel-log lines of Xid `code` on a GPU, in the driver's format
+    (`tests/unit/fixtures/nvidia_smi/xid_kernel-log_lines_*`)."""
     gpu = next(gpu for gpu in hw["gpus"] if gpu["index"] == gpu_index)
     who = "pid=%d, name=%s" % (pid, process) if pid else "pid='<unknown>', name=<unknown>"
     message = XID_MESSAGES.get(code, "gpulab injected Xid %d" % code) % {"index": gpu_index}

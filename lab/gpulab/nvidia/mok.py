@@ -7,7 +7,7 @@ The state lives in `efi.json` (the node's `/run/gpulab-firmware/efi.json`, the t
  "pending": [{"der_b64": "...", "password_sha256": "..."}],  # MokNew, staged by `mokutil --import`
  "pending_confirmed": false}                             # set by `gpulab mok-confirm` (someone at the console)
 ```
-Output texts are mokutil 0.6's (`shared/fixtures/nvidia-smi/mokutil_outputs.txt` and the strings of Debian's
+Output texts are mokutil 0.6's (`tests/unit/fixtures/kernel/mokutil_outputs.txt` and the strings of Debian's
 binary). Standard library only (plus the `openssl` command for the certificate text), no `gpulab` imports.
 """
 from __future__ import annotations

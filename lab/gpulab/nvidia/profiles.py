@@ -1,6 +1,6 @@
 """Hardware profiles of the node twin: which NVIDIA GPUs a node has and their live state (`hw.json`).
 
-Model data are taken from real captures in `shared/fixtures/nvidia-smi/` (device ids, memory totals, power
+Model data are taken from real captures in `tests/unit/fixtures/nvidia_smi/` (device ids, memory totals, power
 limits, VBIOS strings); PCI addresses are those of a real 8-GPU HGX baseboard.
 """
 from __future__ import annotations
@@ -49,6 +49,12 @@ MODELS = {
         "row_remapping": True, "gsp_firmware": True,
     },
 }
+# `gpulab up --profile` names
+CLI_PROFILES = {"h100x8": "h100-sxm-80gb-x8", "a100x8": "a100-sxm4-80gb-x8", "l40sx4": "l40s-x4"}
+
+# What the Kubernetes twin's API-only nodes and test GPUs are (NVML's name and memory total of an H100 SXM)
+H100_NAME = MODELS["H100-SXM-80GB"]["name"]
+H100_MEMORY_MIB = MODELS["H100-SXM-80GB"]["memory_total_mib"]
 
 PROFILES = {
     "a100-sxm4-80gb-x8": {"model": "A100-SXM4-80GB", "gpu_count": 8, "pci_addresses": HGX_PCI_ADDRESSES,

@@ -1,8 +1,8 @@
 """Writes the fake `NVIDIA-Linux-x86_64-<version>.run` and installs drivers into node roots from the host.
 
 The runfile is a single file that both `sh NVIDIA-….run` and `./NVIDIA-….run` run (a shell line that re-executes
-it with python3, the rest Python): the installer (`installer.py`) with the driver version, the stub module
-templates (`kmod/`) and the fake `nvidia-smi` (`smi.py`) embedded.
+it with python3, the rest Python): the installer (`installer.py`, with `kmodbuild.py` in place of its import of it)
+with the driver version, the stub module templates (`kmod/`) and the fake `nvidia-smi` (`smi.py`) embedded.
 """
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 
-from gpulab.nvidia import installer
+from gpulab.nvidia import installer, kmodbuild
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 KMOD_TEMPLATES = ["nvidia_stub.c.in", "Kbuild.in", "dkms.conf.in"]
 # `sh` sees: exec python3 "$0" "$@" (the quotes are empty strings); Python sees a string literal
+KMODBUILD_IMPORT = "from gpulab.nvidia.kmodbuild import ("
 POLYGLOT_HEADER = "#!/bin/sh\n''''exec /usr/bin/python3 \"$0\" \"$@\" #'''\n"
 
 
@@ -32,10 +33,13 @@ def runfile_text(version: str) -> str:
                 "smi_source": _read("smi.py")}
     installer_source = _read("installer.py")
     marker = "\nEMBEDDED = None\n"
-    if marker not in installer_source:
-        raise RuntimeError("installer.py lost its EMBEDDED marker")
+    if marker not in installer_source or KMODBUILD_IMPORT not in installer_source:
+        raise RuntimeError("installer.py lost its EMBEDDED marker or its kmodbuild import")
     future = "from __future__ import annotations\n"
     body = installer_source.replace(future, "", 1).replace(marker, "\nEMBEDDED = %r\n" % embedded, 1)
+    # kmodbuild's source in place of its import (ahead of the EMBEDDED above, which then wins)
+    start = body.index(KMODBUILD_IMPORT)
+    body = body[:start] + _read("kmodbuild.py").replace(future, "", 1) + body[body.index(")\n", start) + 2:]
     # the header's string literal is the module docstring, so the __future__ import must follow it directly
     return POLYGLOT_HEADER + future + "# NVIDIA Accelerated Graphics Driver for Linux-x86_64 %s (gpulab fake " \
         "runfile)\n" % version + body
@@ -59,9 +63,9 @@ def prebuild_modules(cache_dir: str, version: str, flavor: str, headers_dir: str
     """Build the unsigned stub modules for one (version, flavor) into the shared cache (reused when there);
     returns the directory."""
     headers_dir = headers_dir or installer.debian_headers_dir()
-    target = installer.cached_module_dir(cache_dir, headers_dir, version, flavor)
-    if not installer.cached_modules_present(target):
-        installer.build_into_cache(headers_dir, version, flavor, target)
+    target = kmodbuild.cached_module_dir(cache_dir, headers_dir, version, flavor)
+    if not kmodbuild.cached_modules_present(target):
+        kmodbuild.build_into_cache(headers_dir, version, flavor, target)
     return target
 
 

@@ -1,9 +1,9 @@
 """The fake `nvidia-smi`: renders a node's GPUs (`hw.json`) the way the real tool prints them.
 
-Formats follow real captures in `shared/fixtures/nvidia-smi/`: `-q -x` like `telegraf_rtx-3080-v13.xml`
+Formats follow real captures in `tests/unit/fixtures/nvidia_smi/`: `-q -x` like `telegraf_rtx-3080-v13.xml`
 (v13 DTD, tab indentation, element order; MIG blocks like `telegraf_a100-sxm4-v12.xml`), `-L` like the
 utkuozdemir captures, `--query-gpu` like `*_query-gpu-all-fields.csv`, the default table like the thamada
-capture, and the error texts and exit codes of `nvidia-smi_error_texts.txt`.
+capture (`lab/tests/nvidia_fixtures/`), and the error texts and exit codes of `nvidia-smi_error_texts.txt`.
 
 Standard library only, no `gpulab` imports: the fake runfile embeds this file as `/usr/bin/nvidia-smi`.
 

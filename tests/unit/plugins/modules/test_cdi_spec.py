@@ -13,11 +13,9 @@ import stat
 import pytest
 import yaml
 
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
+from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import isolate_warnings, patch_module_args
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "cdi")
 
@@ -29,8 +27,8 @@ GPU_DEVICES = [
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
-    """module.warn() collects into a process-wide dict; give each in-process run its own."""
-    monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
+    """module.warn() collects into a process-wide store; give each in-process run its own."""
+    isolate_warnings(monkeypatch)
 
 
 def warning_messages(result):

@@ -15,8 +15,8 @@ import stat
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.modules import nvidia_driver_facts
+from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import patch_module_args
 
 FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "kernel"))
 RELEASE = os.uname()[2]

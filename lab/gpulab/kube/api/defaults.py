@@ -1,0 +1,86 @@
+"""What the API server's defaulting does to objects at create and update (pod spec, workloads, namespaces,
+PodDisruptionBudgets) and the pod QoS class (kube's GetPodQOS)."""
+from __future__ import annotations
+
+
+def _default_pod_spec(spec: dict) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        image = container.get("image", "")
+        latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        container.setdefault("terminationMessagePolicy", "File")
+        container.setdefault("resources", {})
+
+
+def _default_template(obj: dict) -> None:
+    template = (obj.get("spec") or {}).get("template")
+    if isinstance(template, dict):
+        template.setdefault("metadata", {})
+        _default_pod_spec(template.setdefault("spec", {}))
+
+
+def apply_defaults(resource: str, obj: dict) -> None:
+    metadata = obj["metadata"]
+    if resource == "namespaces":
+        metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = metadata["name"]
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj.setdefault("status", {}).setdefault("phase", "Active")
+    elif resource == "pods":
+        _default_pod_spec(obj.setdefault("spec", {}))
+        status = obj.setdefault("status", {})
+        status.setdefault("phase", "Pending")
+        status.setdefault("qosClass", qos_class(obj["spec"]))
+    elif resource == "deployments":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        _default_template(obj)
+        obj.setdefault("status", {})
+    elif resource in ("replicasets", "statefulsets"):
+        obj.setdefault("spec", {}).setdefault("replicas", 1)
+        _default_template(obj)
+        obj.setdefault("status", {"replicas": 0})
+    elif resource == "daemonsets":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        spec.setdefault("revisionHistoryLimit", 10)
+        _default_template(obj)
+        obj.setdefault("status", {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                                  "desiredNumberScheduled": 0, "numberReady": 0})
+    elif resource == "poddisruptionbudgets":
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                  "expectedPods": 0})
+
+
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def qos_class(pod_spec: dict) -> str:
+    """kube's GetPodQOS: only cpu and memory count (a pod asking for nothing but ``nvidia.com/gpu`` is
+    BestEffort), init containers included; Guaranteed needs cpu and memory limits in every container with
+    requests (when given) equal to them."""
+    containers = (pod_spec.get("containers") or []) + (pod_spec.get("initContainers") or [])
+    requests_and_limits = [(_qos_amounts(container, "requests"), _qos_amounts(container, "limits"))
+                           for container in containers]
+    if not any(requests or limits for requests, limits in requests_and_limits):
+        return "BestEffort"
+    guaranteed = all(set(limits) == set(_QOS_RESOURCES) and
+                     all(requests.get(name, limit) == limit for name, limit in limits.items())
+                     for requests, limits in requests_and_limits)
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _qos_amounts(container: dict, kind: str) -> dict:
+    amounts = (container.get("resources") or {}).get(kind) or {}
+    return {name: amount for name, amount in amounts.items() if name in _QOS_RESOURCES}

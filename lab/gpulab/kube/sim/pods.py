@@ -1,0 +1,59 @@
+"""How the simulated kubelet runs pod containers: which pods run `nvidia-smi` in the node twin, restarts,
+container ids, and the container logs the API server's pods/log handler reads."""
+from __future__ import annotations
+
+import hashlib
+import shlex
+import threading
+
+
+class PodLogs:
+    """Container logs by (namespace, pod name), read by the API server's pods/log handler."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._logs = {}
+
+    def set(self, namespace: str, name: str, text: str) -> None:
+        with self._lock:
+            self._logs[(namespace, name)] = text
+
+    def append(self, namespace: str, name: str, text: str) -> None:
+        with self._lock:
+            self._logs[(namespace, name)] = self._logs.get((namespace, name), "") + text
+
+    def get(self, namespace: str, name: str, container=None):
+        with self._lock:
+            return self._logs.get((namespace, name))
+
+    def drop(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._logs.pop((namespace, name), None)
+
+
+_SHELLS = ("sh", "bash")
+_SHELL_SYNTAX = set(";|&<>$`()")
+
+
+def command_argv(pod: dict):
+    """argv of a single-container pod whose command is nvidia-smi (directly or as `sh -c "nvidia-smi ..."`
+    without other shell syntax), else None."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if len(containers) != 1:
+        return None
+    argv = list(containers[0].get("command") or []) + list(containers[0].get("args") or [])
+    if len(argv) == 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1] == "-c" \
+            and not _SHELL_SYNTAX & set(argv[2]):
+        argv = shlex.split(argv[2])
+    if argv and argv[0].rsplit("/", 1)[-1] == "nvidia-smi":
+        return ["nvidia-smi"] + argv[1:]
+    return None
+
+
+def restarts_after_exit(pod: dict, exit_code: int) -> bool:
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def container_id(pod_uid: str, attempt: int) -> str:
+    return "containerd://" + hashlib.sha256(("%s/%d" % (pod_uid, attempt)).encode()).hexdigest()
