@@ -40,13 +40,14 @@ from ansible.module_utils.basic import env_fallback, missing_required_lib
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
-    from kubernetes.client.rest import ApiException
 except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
     k8s_client = k8s_config = None
-    ApiException = None
 else:
     KUBERNETES_IMPORT_ERROR = None
+
+
+USER_AGENT = 'gpuops.nvidia'
 
 
 def _env(*names):
@@ -106,6 +107,7 @@ def build_api_client(params):
         raise K8sConfigError('cannot load kubeconfig: %s' % error)
     _apply_overrides(configuration, params)
     api = k8s_client.ApiClient(configuration)
+    api.user_agent = '%s %s' % (USER_AGENT, api.user_agent)   # the API server's audit log names the collection
     if params.get('impersonate_user'):
         api.set_default_header('Impersonate-User', params['impersonate_user'])
     groups = params.get('impersonate_groups') or []
@@ -148,9 +150,10 @@ def api_client_from_module(module):
 def status_of(error):
     """``(code, reason, message)`` of an API error: HTTP code, the Status ``reason`` (e.g. ``Conflict``,
     ``NotFound``, ``Expired``) and its ``message``; ``(None, None, str(error))`` for anything else."""
-    if ApiException is None or not isinstance(error, ApiException):
+    code = getattr(error, 'status', None)   # ApiException, or any error carrying an HTTP code and a Status body
+    if not isinstance(code, int) or isinstance(code, bool):
         return None, None, str(error)
-    return status_from_response(error.status, error.reason, error.body)
+    return status_from_response(code, getattr(error, 'reason', None), getattr(error, 'body', None))
 
 
 def status_from_response(code, http_reason, body):

@@ -69,6 +69,7 @@ def test_kubeconfig_file_gives_server_and_bearer_token(tmp_path):
     assert api.configuration.host == "https://127.0.0.1:6443"
     assert bearer_token(api) == "Bearer t0ken"
     assert api.configuration.verify_ssl is True
+    assert api.user_agent.startswith("gpuops.nvidia ")
 
 
 def test_explicit_options_override_the_kubeconfig():
