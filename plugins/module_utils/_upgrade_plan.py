@@ -21,6 +21,8 @@ import re
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._drain import budget_report, classify_pods
+
 RECORD_ANNOTATION = "gpuops.nvidia/driver-upgrade"
 OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 OPERATOR_IDLE_STATES = ("", "upgrade-done")
@@ -477,3 +479,28 @@ def batch_gate(nodes, batch, max_unavailable, window=None, now_utc=None, lease=N
             len(would_be_out), budget, "; out now: " + others if others else ""))
     return {"ok": not reasons, "reasons": reasons, "max_unavailable": budget, "out_now": out,
             "paused": {"by": paused[0], "reason": paused[1]} if paused else None}
+
+
+# --------------------------------------------------------------------------- what the drains will meet
+
+def drain_preview(node_names, pods, pdbs, delete_emptydir_data=False) -> dict:
+    """A drain dry run of every node to do, from one list of pods and PDBs: the pods a drain would refuse (a
+    blocker: the runbook never forces) and the disruption budgets that would hold evictions back now (a warning:
+    the drain waits for them up to its timeout, then fails the node)."""
+    on_node = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in node_names:
+            on_node.setdefault(node, []).append(pod)
+    blockers, waits = [], []
+    for name in node_names:
+        plan = classify_pods(on_node.get(name, []), ignore_daemonsets=True,
+                             delete_emptydir_data=delete_emptydir_data, force=False)
+        for refused in plan["refused"]:
+            blockers.append({"node": name, "reason": "a drain would refuse pod %s: %s" % (refused["pod"],
+                                                                                        refused["reason"])})
+        for pdb in budget_report(plan["evict"], pdbs)["pdbs"]:
+            if pdb["would_block"]:
+                waits.append({"node": name, "pdb": "%s/%s" % (pdb["namespace"], pdb["name"]),
+                              "disruptions_allowed": pdb["disruptions_allowed"], "pods": pdb["pods"]})
+    return {"blockers": blockers, "pdb_waits": waits}

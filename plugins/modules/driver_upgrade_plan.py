@@ -18,7 +18,8 @@ description:
     over failure domains), each node's current and target version and what a run would do with it (start,
     continue or verify after an interruption, skip when already at the target), and what blocks - nodes already
     cordoned or NotReady by someone else, nodes a previous run failed, the GPU Operator's own upgrade in
-    progress, a held kured lock, pods the drain must wait for.
+    progress, a held kured lock, pods a drain would refuse (emptyDir, unreplicated); and what the drains will
+    wait for (PodDisruptionBudgets allowing too few disruptions now, pods matching O(wait_for_pods_selector)).
   - The budget (O(max_unavailable)) counts every GPU node that is cordoned or NotReady, whoever did it.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -92,6 +93,11 @@ options:
     description: Namespace and name of kured's DaemonSet, whose lock annotation is read (absent is fine).
     type: dict
     default: {namespace: kube-system, name: kured}
+  delete_emptydir_data:
+    description: Whether the drains may evict pods with emptyDir volumes (as O(gpuops.nvidia.node_drain#module:delete_emptydir_data));
+      without it such pods are blockers of the plan.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -151,6 +157,12 @@ plan:
       description: GPU nodes out now (cordoned or NotReady) and why.
       type: dict
       returned: always
+    pdb_waits:
+      description: Disruption budgets that would hold a drain back now (C(node), C(pdb), C(disruptions_allowed),
+        C(pods)); the drain waits for them up to its timeout.
+      type: list
+      elements: dict
+      returned: always
     wait_for_pods:
       description: Pods matching O(wait_for_pods_selector) on the target nodes (C(namespace), C(name), C(node)).
       type: list
@@ -169,6 +181,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as planner
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 
 try:
     from kubernetes import client as k8s_client
@@ -182,7 +195,7 @@ def read_cluster(module, api):
     apps = k8s_client.AppsV1Api(api)
     params = module.params
     try:
-        nodes = api.sanitize_for_serialization(core.list_node().items)
+        nodes = list_json(core.list_node)[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list nodes"))
     kured = []
@@ -193,6 +206,11 @@ def read_cluster(module, api):
     except Exception as error:
         if status_of(error)[0] != 404:
             module.fail_json(msg=api_error_message(error, "read the kured DaemonSet"))
+    try:
+        pods = list_json(core.list_pod_for_all_namespaces)[0]
+        pdbs = list_json(k8s_client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces)[0]
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "list pods and PodDisruptionBudgets"))
     waiting = []
     if params["wait_for_pods_selector"]:
         try:
@@ -203,7 +221,7 @@ def read_cluster(module, api):
         waiting = [{"namespace": pod.metadata.namespace, "name": pod.metadata.name, "node": pod.spec.node_name}
                    for pod in pods if pod.spec.node_name in targets
                    and pod.status.phase not in ("Succeeded", "Failed")]
-    return nodes, kured, waiting
+    return nodes, kured, waiting, pods, pdbs
 
 
 def main():
@@ -222,6 +240,7 @@ def main():
         wait_for_pods_selector=dict(type="str"),
         loaded_versions=dict(type="dict", default={}),
         kured_daemonset=dict(type="dict", default={"namespace": "kube-system", "name": "kured"}),
+        delete_emptydir_data=dict(type="bool", default=False),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
@@ -234,7 +253,7 @@ def main():
         module.fail_json(msg="refused before anything was touched: " + "; ".join(offline_errors),
                          errors=offline_errors)
     api = api_client_from_module(module)
-    nodes, kured, waiting = read_cluster(module, api)
+    nodes, kured, waiting, pods, pdbs = read_cluster(module, api)
     known = [node["metadata"]["name"] for node in nodes]
     errors = planner.validate_inputs(
         params["driver_version"], params["cluster_name"], params["nodes"], known, params["batches"],
@@ -246,6 +265,10 @@ def main():
         params["nodes"], nodes, params["driver_version"], params["batches"], params["canary_nodes"],
         params["max_unavailable"], params["loaded_versions"], params["spread_label"], kured)
     plan["wait_for_pods"] = waiting
+    to_do = [name for name in params["nodes"] if plan["nodes"][name]["action"] != "skip"]
+    preview = planner.drain_preview(to_do, pods, pdbs, params["delete_emptydir_data"])
+    plan["blockers"].extend(preview["blockers"])
+    plan["pdb_waits"] = preview["pdb_waits"]
     plan["window_open"] = planner.in_maintenance_window(
         params["maintenance_window"], datetime.datetime.now(datetime.timezone.utc))
     module.exit_json(changed=False, plan=plan)

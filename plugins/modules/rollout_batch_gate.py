@@ -106,6 +106,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import (
     batch_gate, maintenance_window_errors)
 
@@ -119,7 +120,7 @@ def read_state(module, api):
     core = k8s_client.CoreV1Api(api)
     coordination = k8s_client.CoordinationV1Api(api)
     try:
-        nodes = api.sanitize_for_serialization(core.list_node().items)
+        nodes = list_json(core.list_node)[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list nodes"))
     lease = None

@@ -294,3 +294,33 @@ def test_a_node_left_cordoned_by_our_interrupted_run_is_resumed_not_blocked():
     assert result["blockers"] == []
     assert result["nodes"]["gpu-node-01"]["action"] == "verify"
     assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-02"]]
+
+
+# --------------------------------------------------------------------------- what the drains will meet
+
+def pod(name, node_name, labels=None, owner="ReplicaSet", empty_dir=False, namespace="ml"):
+    spec = {"nodeName": node_name, "containers": [{"name": "c"}]}
+    if empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    metadata = {"name": name, "namespace": namespace, "labels": dict(labels or {}), "uid": "uid-" + name}
+    if owner:
+        metadata["ownerReferences"] = [{"kind": owner, "name": "owner", "controller": True}]
+    return {"metadata": metadata, "spec": spec,
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_drain_preview_names_refused_pods_and_pdbs_that_would_wait():
+    pods = [pod("train-0", "gpu-node-01", labels={"app": "train"}),
+            pod("scratch", "gpu-node-01", empty_dir=True),
+            pod("bare", "gpu-node-02", owner=None),
+            pod("elsewhere", "cpu-node-01", owner=None)]
+    pdbs = [{"metadata": {"name": "train", "namespace": "ml"},
+             "spec": {"selector": {"matchLabels": {"app": "train"}}}, "status": {"disruptionsAllowed": 0}}]
+    preview = plan.drain_preview(["gpu-node-01", "gpu-node-02"], pods, pdbs)
+    reasons = [(entry["node"], entry["reason"].split(":")[0]) for entry in preview["blockers"]]
+    assert reasons == [("gpu-node-01", "a drain would refuse pod ml/scratch"),
+                       ("gpu-node-02", "a drain would refuse pod ml/bare")]
+    assert preview["pdb_waits"] == [{"node": "gpu-node-01", "pdb": "ml/train", "disruptions_allowed": 0,
+                                     "pods": ["ml/train-0"]}]
+    allowed = plan.drain_preview(["gpu-node-01"], pods, pdbs, delete_emptydir_data=True)
+    assert allowed["blockers"] == []
