@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: k8s_node_names
 short_description: Map inventory hosts to their Kubernetes node names
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Returns a mapping of each inventory host to its Kubernetes node name, in the hosts' order. The node name is the
     host's C(gpuops_k8s_node_name) variable, else the inventory name.

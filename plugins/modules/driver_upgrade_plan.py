@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: driver_upgrade_plan
 short_description: Validate a driver roll-out's inputs and plan its batches from the cluster's state
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The first step of the P(gpuops.nvidia.driver_upgrade#playbook) runbook. Reads the cluster (nodes, the kured
     lock DaemonSet, pods matching O(wait_for_pods_selector)) and changes nothing.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_smoke_test
 short_description: Run a pod pinned to a GPU node that lists its GPUs, and check what it saw
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The last gate before a GPU node is given back: a pod bound to the node (C(spec.nodeName), so it runs while the
     node is still cordoned) requests O(gpus) GPUs and runs C(nvidia-smi -L). The test passes when the pod

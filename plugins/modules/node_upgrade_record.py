@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_upgrade_record
 short_description: Move a node's driver roll-out record to its next step
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Writes the C(gpuops.nvidia/driver-upgrade) annotation of a node, the resume point of the
     P(gpuops.nvidia.driver_upgrade#playbook) runbook, as compact JSON (C(state), C(from), C(to), C(run_id),

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pods_completion_wait
 short_description: Wait until the pods matching a selector on a node have finished
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Lets work that must not be evicted (training jobs, for example) finish before a node is drained, as the GPU
     Operator's C(waitForCompletion) does. Run it after the node is cordoned, so no new such pod lands on it.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_batch_gate
 short_description: Decide whether the next batch of a driver roll-out may start
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Run before each batch of the P(gpuops.nvidia.driver_upgrade#playbook) runbook. Passes when the roll-out is not
     paused, the maintenance window is open and the cluster-wide budget allows the batch; fails with every reason
