@@ -413,8 +413,9 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         domain_of = {name: (by_name.get(name, {}).get("metadata", {}).get("labels") or {}).get(spread_label)
                      for name in to_do}
     planned = plan_batches(to_do, batches, canary, domain_of) if to_do else []
-    gpu_nodes = [node for node in nodes if is_gpu_node(node)] or [by_name[name] for name in targets
-                                                                    if name in by_name]
+    gpu_nodes = [node for node in nodes if is_gpu_node(node)]
+    if not gpu_nodes:   # a cluster whose GPU nodes advertise nothing yet: the targets are its GPU nodes
+        gpu_nodes = [by_name[name] for name in targets if name in by_name]
     return {
         "target_version": target_version,
         "batches": [{"index": index + 1, "kind": "canary" if index == 0 else "batch", "nodes": batch}
@@ -497,8 +498,8 @@ def drain_preview(node_names, pods, pdbs, delete_emptydir_data=False) -> dict:
         plan = classify_pods(on_node.get(name, []), ignore_daemonsets=True,
                              delete_emptydir_data=delete_emptydir_data, force=False)
         for refused in plan["refused"]:
-            blockers.append({"node": name, "reason": "a drain would refuse pod %s: %s" % (refused["pod"],
-                                                                                        refused["reason"])})
+            reason = "a drain would refuse pod %s: %s" % (refused["pod"], refused["reason"])
+            blockers.append({"node": name, "reason": reason})
         for pdb in budget_report(plan["evict"], pdbs)["pdbs"]:
             if pdb["would_block"]:
                 waits.append({"node": name, "pdb": "%s/%s" % (pdb["namespace"], pdb["name"]),

@@ -42,9 +42,11 @@ def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True
 
     Fields not given are kept from the current record when it is for the same target (``to``), so each step only
     says what changed. ``now`` (RFC 3339) is recorded in ``steps`` as the time the node entered the state (the
-    first time: a repeated step keeps its first time), which the run record's durations come from. Entering maintenance saves the remediation annotations present before it
-    (``saved_annotations``, null for absent) and sets the exclusions; leaving it (done, failed, rolled-back)
-    restores them, except that a failed node stays excluded: it is cordoned and waits for a person.
+    first time: a repeated step keeps its first time), which the run record's durations come from.
+
+    Entering maintenance saves the remediation annotations present before it (``saved_annotations``, null for
+    absent) and sets the exclusions; leaving it as done or rolled-back restores them. A failed node stays
+    excluded: it is cordoned and waits for a person.
     """
     state = fields.get("state")
     annotations = node_annotations(node)

@@ -10,7 +10,7 @@ module: driver_upgrade_plan
 short_description: Validate a driver roll-out's inputs and plan its batches from the cluster's state
 version_added: 0.1.0
 description:
-  - The first step of the P(gpuops.nvidia.driver_upgrade#playbook) runbook. Reads the cluster (nodes, the kured
+  - The first step of the C(gpuops.nvidia.driver_upgrade) runbook. Reads the cluster (nodes, the kured
     lock DaemonSet, pods matching O(wait_for_pods_selector)) and changes nothing.
   - Every input is validated first and B(all) problems are reported in one failure (malformed version, a batch
     list that is not counts or percentages, unknown nodes, names with shell metacharacters, a bad window).

@@ -10,7 +10,7 @@ module: gpu_smoke_test
 short_description: Run a pod pinned to a GPU node that lists its GPUs, and check what it saw
 version_added: 0.1.0
 description:
-  - The last gate before a GPU node is given back: a pod bound to the node (C(spec.nodeName), so it runs while the
+  - The last gate before a GPU node is given back. A pod bound to the node (C(spec.nodeName), so it runs while the
     node is still cordoned) requests O(gpus) GPUs and runs C(nvidia-smi -L). The test passes when the pod
     succeeds and its log lists that many GPUs.
   - The pod is deleted afterwards, whatever the result, and its log is returned.
@@ -48,7 +48,7 @@ options:
     type: str
     default: nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04
   command:
-    description: The command; its output must list the GPUs as C(nvidia-smi -L) does (C(GPU N: ...) lines).
+    description: The command; its output must list the GPUs as C(nvidia-smi -L) does, one line per GPU starting with C(GPU N).
     type: list
     elements: str
     default: [nvidia-smi, -L]

@@ -11,8 +11,8 @@ short_description: Move a node's driver roll-out record to its next step
 version_added: 0.1.0
 description:
   - Writes the C(gpuops.nvidia/driver-upgrade) annotation of a node, the resume point of the
-    P(gpuops.nvidia.driver_upgrade#playbook) runbook, as compact JSON (C(state), C(from), C(to), C(run_id),
-    C(boot_id_before), C(cordoned_by_us), C(reason), and C(steps): when the node first entered each state). Fields
+    C(gpuops.nvidia.driver_upgrade) runbook, as compact JSON (C(state), C(from), C(to), C(run_id),
+    C(boot_id_before), C(cordoned_by_us), C(reason), and C(steps), the time the node first entered each state). Fields
     not given are kept from the record of the same target, so each step says only what changed.
   - While the node is in maintenance (states C(planned) to C(verifying)) it is excluded from the auto-remediators
     that would reboot or replace it (medik8s C(remediation.medik8s.io/exclude-from-remediation), Cluster API

@@ -128,8 +128,8 @@ def main():
             if left <= 0:
                 break
     except Exception as error:
-        module.fail_json(msg=api_error_message(error, "list pods matching %s on %s" % (params["selector"],
-                                                                                      params["node"])))
+        action = "list pods matching %s on %s" % (params["selector"], params["node"])
+        module.fail_json(msg=api_error_message(error, action))
     finally:
         watch.stop()
     running = running or []

@@ -10,14 +10,14 @@ module: rollout_batch_gate
 short_description: Decide whether the next batch of a driver roll-out may start
 version_added: 0.1.0
 description:
-  - Run before each batch of the P(gpuops.nvidia.driver_upgrade#playbook) runbook. Passes when the roll-out is not
+  - Run before each batch of the C(gpuops.nvidia.driver_upgrade) runbook. Passes when the roll-out is not
     paused, the maintenance window is open and the cluster-wide budget allows the batch; fails with every reason
     otherwise, before the batch's nodes are touched.
   - The budget is recomputed from the API each time. GPU nodes that are cordoned or NotReady count against
     O(max_unavailable) whoever did it; the batch's own nodes are counted once (an interrupted run may have left
     them cordoned).
-  - The pause switch is the annotation C(gpuops.nvidia/pause) on the lock's Lease, C("WHO: WHY"), which an operator
-    sets from anywhere (C(kubectl -n kube-system annotate lease gpuops-nvidia-rollout gpuops.nvidia/pause="alice: ...")).
+  - The pause switch is the annotation C(gpuops.nvidia/pause) on the lock's Lease, whose value names who paused and
+    why (C(WHO) then a colon then C(WHY)); an operator sets it from anywhere with C(kubectl annotate lease).
     The running roll-out finishes the nodes in flight, starts no new batch and says who paused it and why.
   - When only the budget stands in the way, waits up to O(wait_timeout) for it to free (another team's node coming
     back), re-reading every O(interval) seconds.

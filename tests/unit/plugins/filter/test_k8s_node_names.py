@@ -15,8 +15,8 @@ from ansible_collections.gpuops.nvidia.plugins.filter.k8s_node_names import k8s_
 
 def test_node_name_variable_wins_and_order_is_kept():
     hostvars = {"b.example.com": {"gpuops_k8s_node_name": "gpu-node-02"}, "a": {}}
-    assert list(k8s_node_names(["b.example.com", "a"], hostvars).items()) == [("b.example.com", "gpu-node-02"),
-                                                                             ("a", "a")]
+    names = k8s_node_names(["b.example.com", "a"], hostvars)
+    assert list(names.items()) == [("b.example.com", "gpu-node-02"), ("a", "a")]
 
 
 def test_a_string_is_refused():
