@@ -214,13 +214,14 @@ def read_cluster(module, api):
     waiting = []
     if params["wait_for_pods_selector"]:
         try:
-            pods = core.list_pod_for_all_namespaces(label_selector=params["wait_for_pods_selector"]).items
+            selected = list_json(core.list_pod_for_all_namespaces, label_selector=params["wait_for_pods_selector"])[0]
         except Exception as error:
             module.fail_json(msg=api_error_message(error, "list pods matching %s" % params["wait_for_pods_selector"]))
         targets = set(params["nodes"])
-        waiting = [{"namespace": pod.metadata.namespace, "name": pod.metadata.name, "node": pod.spec.node_name}
-                   for pod in pods if pod.spec.node_name in targets
-                   and pod.status.phase not in ("Succeeded", "Failed")]
+        waiting = [{"namespace": pod["metadata"].get("namespace"), "name": pod["metadata"]["name"],
+                    "node": pod["spec"].get("nodeName")}
+                   for pod in selected if pod["spec"].get("nodeName") in targets
+                   and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     return nodes, kured, waiting, pods, pdbs
 
 

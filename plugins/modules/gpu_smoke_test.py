@@ -100,7 +100,7 @@ import uuid
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message)
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
 
 try:
     from kubernetes import client as k8s_client
@@ -173,18 +173,21 @@ def main():
         core.create_namespaced_pod(params["namespace"], pod_manifest(name, params, gpus))
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "create the smoke-test pod on %s" % params["node"]))
-    log = ""
+    log, problems = "", []
     try:
         phase = wait_finished(core, name, params["namespace"], params["timeout"])
         try:
             log = core.read_namespaced_pod_log(name, params["namespace"]) or ""
-        except Exception:
-            log = ""
+        except Exception as error:
+            problems.append(api_error_message(error, "read the log of pod %s" % name))
     finally:
         try:
             core.delete_namespaced_pod(name, params["namespace"], grace_period_seconds=0)
-        except Exception:
-            pass   # already gone; a failure to delete must not hide the test's own result
+        except Exception as error:
+            if status_of(error)[0] != 404:   # gone already is fine; anything else leaves a pod behind: say so
+                module.warn(api_error_message(error, "delete the smoke-test pod %s/%s" % (params["namespace"], name)))
+    if problems:
+        module.fail_json(msg="; ".join(problems), pod=name, phase=phase)
     listed = [line for line in log.splitlines() if GPU_LINE.match(line)]
     # the pod is gone again: the test leaves nothing changed, so a re-run of a runbook reports no change
     result = dict(changed=False, pod=name, phase=phase, gpus_listed=listed, log=log,
