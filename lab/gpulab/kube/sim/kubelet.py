@@ -1,10 +1,12 @@
 """One kubelet (with its NVIDIA device plugin registration) per node twin.
 
 The kubelet posts the Node (capacity/allocatable, conditions, nodeInfo with the node twin's bootID),
-renews its Lease in kube-node-lease, and runs the pods bound to it: ordinary containers "run" at once;
-a container whose command is `nvidia-smi ...` runs that command inside the node twin (NodeView.run), its
-output becomes the pod log and its exit code the phase. The device-plugin pod registers the GPUs the
-node's driver exposes; without NVML it crash-loops with the plugin's real failure log.
+renews its Lease in kube-node-lease, and runs the pods bound to it. A single container whose `command`/`args`
+name a program the node twin has runs as a process in the node's namespaces (`containers.py`): its output is
+the pod log, its exit code the container state (Completed/Error, CrashLoopBackOff, phase Succeeded/Failed
+by restartPolicy). `nvidia-smi ...` runs through NodeView.run. Containers without a command, whose program
+the node lacks, or on a view that starts no processes "run" until deleted. The device-plugin pod registers
+the GPUs the node's driver exposes; without NVML it crash-loops with the plugin's real failure log.
 
 All methods run on the controller thread, except the `nvidia-smi` commands (a small thread pool).
 """
@@ -22,13 +24,15 @@ from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMES
                          OS_IMAGE, conditions_without_times, micro_time, node_lease, ready_conditions,
                          status_unknown_conditions)
 from .objects import meta, pod_is_terminating
-from .pods import PodLogs, command_argv, container_id, restarts_after_exit
+from .containers import ContainerProcesses, container_argv, container_env
+from .pods import PodLogs, command_argv, container_id, go_duration, restarts_after_exit
 
 
 class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
-                 resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0):
+                 resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0,
+                 max_processes: int = 64):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -37,6 +41,7 @@ class KubeletConfig:
         self.view_refresh_s = view_refresh_s
         self.resourceslice_api_version = resourceslice_api_version
         self.container_start_s = container_start_s
+        self.max_processes = max_processes      # container processes per node twin; more wait to start
 
 
 class _ViewSnapshot:
@@ -80,6 +85,8 @@ class Kubelet:
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
         self._runtime = {}               # pod uid -> container runtime state
         self._jobs = {}                  # pod uid -> Future of a nvidia-smi run
+        self.processes = ContainerProcesses(view, logs, client.informer.changed.set, config.max_processes)
+        self._no_program = set()         # pods whose command the node does not have: they run until deleted
         self._slice_generation = 0
         self._published_slice = None
         view.subscribe(self._on_view_event)
@@ -282,7 +289,7 @@ class Kubelet:
         self._forget_gone_pods(pods)
         for pod in pods:
             if pod_is_terminating(pod):
-                self._finalize(pod)
+                self._finalize(pod, now)
             elif pod_is_terminal(pod):
                 continue
             elif meta(pod).get("uid") not in self._runtime and self._reject_if_resources_missing(pod, pods, now):
@@ -291,6 +298,8 @@ class Kubelet:
                 self._sync_plugin_pod(pod, now)
             elif command_argv(pod) is not None:
                 self._sync_command_pod(pod, now)
+            elif self._runs_as_process(pod):
+                self._sync_process_pod(pod, now)
             else:
                 self._sync_long_running_pod(pod, now)
 
@@ -300,6 +309,9 @@ class Kubelet:
         for uid in [uid for uid in self._runtime if uid not in present]:
             del self._runtime[uid]
             self._jobs.pop(uid, None)
+            self._no_program.discard(uid)
+        for uid in [uid for uid in self.processes.uids() if uid not in present]:
+            self.processes.forget(uid)
 
     def _reject_if_resources_missing(self, pod: dict, pods: list, now: float) -> bool:
         """Kubelet admission: a pod bound past the scheduler (spec.nodeName set by its author) that asks for
@@ -321,8 +333,20 @@ class Kubelet:
                 return True
         return False
 
-    def _finalize(self, pod: dict) -> None:
+    def _finalize(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
+        if self.processes.running(uid):
+            # Graceful deletion: SIGTERM now, SIGKILL when the grace period is over; the pod goes once its
+            # process has exited.
+            runtime = self._runtime.setdefault(uid, {})
+            if "kill_at" not in runtime:
+                self.processes.terminate(uid)
+                runtime["kill_at"] = now + int(meta(pod).get("deletionGracePeriodSeconds") or 0)
+            elif now >= runtime["kill_at"]:
+                self.processes.kill(uid)
+            return
+        self.processes.forget(uid)
+        self._no_program.discard(uid)
         self._runtime.pop(uid, None)
         if self._stale_plugin_uid == uid:
             self._stale_plugin_uid = None
@@ -444,6 +468,39 @@ class Kubelet:
         else:
             self._write_terminated(pod, runtime, exit_code, now)
 
+    # --- pods whose command runs as a process in the node twin --------------------------------
+    def _runs_as_process(self, pod: dict) -> bool:
+        return meta(pod).get("uid") not in self._no_program and self.processes.available() \
+            and container_argv(pod) is not None
+
+    def _sync_process_pod(self, pod: dict, now: float) -> None:
+        uid = meta(pod).get("uid")
+        runtime = self._runtime.get(uid)
+        due = runtime is None or runtime["needs_restart"] or (
+            runtime["state"] == "crashed" and now >= runtime["next_attempt"])
+        if due:
+            self.processes.forget(uid)      # a node reboot took the old process with it
+            self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], "")
+            started = self.processes.start(uid, meta(pod).get("namespace"), meta(pod)["name"], container_argv(pod),
+                                           container_env(pod))
+            if started is False:
+                self._no_program.add(uid)
+                self._sync_long_running_pod(pod, now)
+            elif started:
+                runtime = self._start_container(pod, now)
+                runtime["state"] = "running"
+                self._write_running(pod, runtime, now, ready=True)
+            return
+        exit_code = self.processes.exit_code(uid)
+        if runtime["state"] != "running" or exit_code is None:
+            return
+        self.processes.forget(uid)
+        if restarts_after_exit(pod, exit_code):
+            self._write_crash_loop(pod, runtime, exit_code, now)
+        else:
+            runtime["state"] = "terminated"
+            self._write_terminated(pod, runtime, exit_code, now)
+
     def _run_command(self, argv: list):
         try:
             exit_code, stdout, stderr = self.view.run(argv, timeout=60)
@@ -513,8 +570,8 @@ class Kubelet:
         runtime["next_attempt"] = now + backoff_s
         container_name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
         waiting = {"reason": "CrashLoopBackOff",
-                   "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)" % (
-                       int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"),
+                   "message": "back-off %s restarting failed container=%s pod=%s_%s(%s)" % (
+                       go_duration(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"),
                        meta(pod).get("uid"))}
         last_state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                                      "startedAt": rfc3339(runtime["started_at"]),

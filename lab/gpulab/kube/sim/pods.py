@@ -57,3 +57,12 @@ def restarts_after_exit(pod: dict, exit_code: int) -> bool:
 
 def container_id(pod_uid: str, attempt: int) -> str:
     return "containerd://" + hashlib.sha256(("%s/%d" % (pod_uid, attempt)).encode()).hexdigest()
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (the kubelet's back-off message): 400ms, 10s, 1m20s, 5m0s."""
+    if seconds < 1:
+        return "%dms" % round(seconds * 1000)
+    minutes, rest = divmod(seconds, 60)
+    text = ("%.3f" % rest).rstrip("0").rstrip(".") + "s"
+    return "%dm%s" % (minutes, text) if minutes else text
