@@ -149,7 +149,7 @@ def test_job_completions_parallelism_backoff_limit_and_deadline(twin):
 
 
 def test_job_ttl_after_finished_deletes_the_job_and_its_pods(twin):
-    kubectl(twin, "apply", "-f", "-", stdin=yaml.safe_dump(job("once", ["true"], ttlSecondsAfterFinished=1)))
+    kubectl(twin, "apply", "-f", "-", stdin=yaml.safe_dump(job("once", ["true"], ttlSecondsAfterFinished=4)))
     kubectl(twin, "wait", "--for=condition=complete", "job/once", "--timeout=30s")
     eventually(lambda: kubectl(twin, "get", "job", "once", check=False).returncode != 0, what="job deleted")
     eventually(lambda: not pods_of_job(twin, "once"), what="its pods deleted")

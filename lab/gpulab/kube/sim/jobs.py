@@ -85,7 +85,8 @@ class JobController:
         when = rfc3339(now)
         ending = None
         if completions is not None and counts["succeeded"] >= int(completions):
-            ending = ("SuccessCriteriaMet", "Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+            ending = ("SuccessCriteriaMet", "Complete", "CompletionsReached",
+                      "Reached expected number of succeeded pods")
         elif counts["failed"] > backoff_limit:
             ending = ("FailureTarget", "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
         elif spec.get("activeDeadlineSeconds") is not None and \

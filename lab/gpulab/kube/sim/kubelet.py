@@ -25,7 +25,8 @@ from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMES
                          status_unknown_conditions)
 from .objects import meta, pod_is_terminating
 from .containers import ContainerProcesses, container_argv, container_env
-from .pods import PodLogs, command_argv, container_id, go_duration, restarts_after_exit
+from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
+                   restarts_after_exit)
 
 
 class KubeletConfig:
@@ -326,7 +327,7 @@ class Kubelet:
                 capacity = ((node.get("status") or {}).get("allocatable") or {}).get(name, "0")
                 used = scheduler.parse_quantity(capacity) - free.get(name, 0)
                 message = ("Pod was rejected: Node didn't have enough resource: %s, requested: %s, used: %s, "
-                           "capacity: %s" % (name, _plain(amount), _plain(used), capacity))
+                           "capacity: %s" % (name, plain_amount(amount), plain_amount(used), capacity))
                 self.client.patch("pods", pod, {"status": {"phase": "Failed", "reason": "OutOf%s" % name,
                                                            "message": message, "startTime": rfc3339(now)}},
                                   subresource="status")
@@ -401,7 +402,7 @@ class Kubelet:
                      "ready": False, "started": False, "restartCount": 0,
                      "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}}
                     for container in (pod.get("spec") or {}).get("containers") or []]
-        status = self._pod_status_base(pod, now, ready=False)
+        status = pod_status_base(pod, now, False, self.node_ip)
         status["conditions"][0]["status"] = "False"     # PodReadyToStartContainers: sandbox not up yet
         status.update({"phase": "Pending", "containerStatuses": statuses})
         self.client.patch("pods", pod, {"status": status}, subresource="status")
@@ -415,34 +416,9 @@ class Kubelet:
                              "imageID": "", "containerID": container_id(meta(pod).get("uid"), runtime["attempt"]),
                              "ready": ready, "started": not waiting, "restartCount": runtime["restart_count"],
                              "state": state, "lastState": last_state or runtime.get("last_state") or {}})
-        status = self._pod_status_base(pod, now, ready)
+        status = pod_status_base(pod, now, ready, self.node_ip)
         status.update({"phase": "Running", "containerStatuses": statuses})
         self.client.patch("pods", pod, {"status": status}, subresource="status")
-
-    def _pod_status_base(self, pod: dict, now: float, ready: bool) -> dict:
-        previous = pod.get("status") or {}
-        start_time = previous.get("startTime") or rfc3339(now)
-        scheduled = next((c for c in previous.get("conditions") or [] if c.get("type") == "PodScheduled"),
-                         {"type": "PodScheduled", "status": "True", "lastTransitionTime": start_time})
-        flag = "True" if ready else "False"
-        conditions = [
-            {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": start_time},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": start_time},
-            {"type": "Ready", "status": flag, "lastTransitionTime": rfc3339(now)},
-            {"type": "ContainersReady", "status": flag, "lastTransitionTime": rfc3339(now)},
-            scheduled,
-        ]
-        for condition in conditions[2:4]:
-            if not ready:
-                condition.update(reason="ContainersNotReady",
-                                 message="containers with unready status: [%s]" % " ".join(
-                                     c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []))
-        return {"hostIP": self.node_ip, "hostIPs": [{"ip": self.node_ip}], "podIP": self._pod_ip(pod),
-                "podIPs": [{"ip": self._pod_ip(pod)}], "startTime": start_time, "conditions": conditions}
-
-    def _pod_ip(self, pod: dict) -> str:
-        digest = hashlib.md5((meta(pod).get("uid") or "").encode()).digest()
-        return "10.244.%d.%d" % (digest[0], max(2, digest[1]))
 
     # --- nvidia-smi pods ------------------------------------------------------------------------
     def _sync_command_pod(self, pod: dict, now: float) -> None:
@@ -514,7 +490,7 @@ class Kubelet:
         terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                       "startedAt": rfc3339(runtime["started_at"]), "finishedAt": rfc3339(now),
                       "containerID": container_id(meta(pod).get("uid"), runtime["attempt"])}
-        status = self._pod_status_base(pod, now, ready=False)
+        status = pod_status_base(pod, now, False, self.node_ip)
         for condition in status["conditions"][2:4]:
             condition.update(reason="PodCompleted", message="")
         status.update({"phase": "Succeeded" if exit_code == 0 else "Failed", "containerStatuses": [{
@@ -626,8 +602,3 @@ class Kubelet:
         self._registered_by = meta(plugin).get("uid")
         self._capacity_extended.update(resources)
 
-
-def _plain(amount) -> str:
-    """A Decimal resource amount as the kubelet prints it (no exponent, no trailing zeros)."""
-    text = format(amount.normalize(), "f")
-    return text

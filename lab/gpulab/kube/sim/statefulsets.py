@@ -143,7 +143,8 @@ class StatefulSetController:
             extra_labels={REVISION_LABEL: revision, POD_NAME_LABEL: name, POD_INDEX_LABEL: str(ordinal)})
 
     def _revision_of_template(self, statefulset: dict) -> str:
-        return "%s-%s" % (meta(statefulset)["name"], template_hash((statefulset.get("spec") or {}).get("template") or {}))
+        template = (statefulset.get("spec") or {}).get("template") or {}
+        return "%s-%s" % (meta(statefulset)["name"], template_hash(template))
 
     def _write_status(self, statefulset: dict, pods: dict, replicas: int, current_revision: str,
                       update_revision: str) -> None:
