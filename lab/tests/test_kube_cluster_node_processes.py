@@ -31,7 +31,7 @@ def run_on(lab, node, name, *command, restart="Never"):
 
 
 def test_a_pod_command_runs_in_its_node_and_its_output_is_the_log(lab):
-    node = lab.node_names()[1]
+    node = lab.node_names[1]
     boot_id = lab.ssh(node, "cat /proc/sys/kernel/random/boot_id").stdout.strip()
     run_on(lab, node, "whoami-node", "sh", "-c", "hostname; cat /proc/sys/kernel/random/boot_id")
     kubectl(lab, "wait", "pod/whoami-node", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=60s")
@@ -40,7 +40,7 @@ def test_a_pod_command_runs_in_its_node_and_its_output_is_the_log(lab):
 
 
 def test_deleting_a_pod_ends_its_process_inside_the_node(lab):
-    node = lab.node_names()[2]
+    node = lab.node_names[2]
     marker = "%d" % (7000 + time.time() % 1000)
     run_on(lab, node, "sleeper", "sleep", marker, restart="Always")
     kubectl(lab, "wait", "pod/sleeper", "--for=condition=Ready", "--timeout=60s")
@@ -53,7 +53,7 @@ def test_deleting_a_pod_ends_its_process_inside_the_node(lab):
 
 
 def test_a_command_the_node_does_not_have_keeps_running_until_deleted(lab):
-    node = lab.node_names()[0]
+    node = lab.node_names[0]
     run_on(lab, node, "absent", "/opt/vendor/bin/serve", restart="Always")
     kubectl(lab, "wait", "pod/absent", "--for=condition=Ready", "--timeout=60s")
     time.sleep(1)
