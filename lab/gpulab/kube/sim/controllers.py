@@ -23,8 +23,8 @@ from ..api.timefmt import rfc3339
 from . import scheduler
 from .informer import Informer
 from .jobs import JobController
-from .statefulsets import StatefulSetController
 from .objects import meta, owner_reference, pod_counts_for_controller, pod_is_terminating, random_suffix, template_hash
+from .statefulsets import StatefulSetController
 from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_pod_node_name, daemonset_may_continue_on,
                         daemonset_should_run_on, deployment_condition, deployment_status, needs_scheduling,
                         noexecute_deadline_passed, pods_by_owner_uid, pods_to_scale_down, rollout_targets,
@@ -281,7 +281,7 @@ class ControllerManager:
             active = [pod for pod in owned if pod_counts_for_controller(pod)]
             desired = int((replicaset.get("spec") or {}).get("replicas", 1))
             for _ in range(desired - len(active)):
-                self.create_pod_from_template(replicaset, replicaset["spec"].get("template") or {})
+                self._create_pod_from_template(replicaset, replicaset["spec"].get("template") or {})
             for pod in pods_to_scale_down(active, len(active) - desired):
                 self.delete("pods", pod)
             self._write_replicaset_status(replicaset)
@@ -295,9 +295,8 @@ class ControllerManager:
         if status_differs(replicaset.get("status") or {}, status):
             self.patch("replicasets", replicaset, {"status": status}, subresource="status")
 
-    def create_pod_from_template(self, owner: dict, template: dict, node_name=None, extra_labels=None,
-                                 tolerations=None, name=None):
-        """A pod of `owner` (generated name unless `name`); None when one of that name exists."""
+    def _create_pod_from_template(self, owner: dict, template: dict, node_name=None, extra_labels=None,
+                                  tolerations=None, name=None):
         namespace = meta(owner).get("namespace")
         pod_spec = copy.deepcopy(template.get("spec") or {})   # the store applies the pod spec defaults
         merged_tolerations = list(pod_spec.get("tolerations") or [])
@@ -324,6 +323,11 @@ class ControllerManager:
         if not name:
             pod["metadata"]["generateName"] = "%s-" % meta(owner)["name"]
         return self.create("pods", pod, namespace=namespace)
+
+    def create_pod(self, owner: dict, template: dict, name=None, extra_labels=None):
+        """A pod of `owner` from `template` (generated name unless `name`); None when one of that name exists.
+        For the controllers in modules of their own (statefulsets, jobs); ApiError when the API refuses it."""
+        return self._create_pod_from_template(owner, template, extra_labels=extra_labels, name=name)
 
     # --- daemonsets -----------------------------------------------------------------------------
     def sync_daemonsets(self) -> None:
@@ -361,7 +365,7 @@ class ControllerManager:
             for extra in running[1:]:
                 self.delete("pods", extra)
             if not running and node_name in should_run:
-                self.create_pod_from_template(daemonset, template, node_name=node_name,
+                self._create_pod_from_template(daemonset, template, node_name=node_name,
                                                extra_labels={"controller-revision-hash": revision},
                                                tolerations=DAEMONSET_TOLERATIONS)
         self._roll_daemonset(daemonset, revision, pods_on_node, eligible)

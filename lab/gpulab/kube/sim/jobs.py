@@ -10,10 +10,11 @@ that remain (the twin has no job-tracking finalizers): a finished pod deleted by
 """
 from __future__ import annotations
 
+from ..api.errors import ApiError
 from ..api.eviction import controller_owner
 from ..api.timefmt import parse_rfc3339, rfc3339
 from .objects import meta, pod_is_terminating
-from .workloads import pods_by_owner_uid
+from .workloads import pods_by_owner_uid, status_differs
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
@@ -117,7 +118,12 @@ class JobController:
         missing = wanted - len(counts["active"])
         if missing > 0 and now >= self._next_pod_at(pods, counts["failed_pods"]):
             for _ in range(missing):
-                self.manager.create_pod_from_template(job, self._pod_template(job))
+                try:
+                    self.manager.create_pod(job, self._pod_template(job))
+                except ApiError as error:   # refused (admission, quota): upstream's FailedCreate event
+                    self.manager.record_event(job, "FailedCreate", "Error creating: " + error.message, "Warning",
+                                              "job-controller")
+                    break
         self._write_status(job, {"startTime": start_time, "active": len(counts["active"]),
                                  "succeeded": counts["succeeded"], "failed": counts["failed"],
                                  "ready": counts["ready"], "terminating": counts["terminating"],
@@ -152,8 +158,7 @@ class JobController:
         return template
 
     def _write_status(self, job: dict, status: dict) -> None:
-        current = job.get("status") or {}
-        if any(current.get(key) != value for key, value in status.items()):
+        if status_differs(job.get("status") or {}, status):
             self.manager.patch("jobs", job, {"status": status}, subresource="status")
 
     def _after_finish(self, job: dict, finished: dict, pods: list, now: float) -> None:

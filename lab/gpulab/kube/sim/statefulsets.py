@@ -14,9 +14,10 @@ from __future__ import annotations
 import copy
 import re
 
+from ..api.errors import ApiError
 from ..api.eviction import controller_owner, pod_is_ready
 from .objects import meta, owner_reference, pod_is_terminating, template_hash
-from .workloads import pods_by_owner_uid
+from .workloads import pods_by_owner_uid, status_differs
 
 REVISION_LABEL = "controller-revision-hash"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
@@ -138,9 +139,15 @@ class StatefulSetController:
         pod_spec.setdefault("hostname", name)
         if (statefulset.get("spec") or {}).get("serviceName"):
             pod_spec.setdefault("subdomain", statefulset["spec"]["serviceName"])
-        return self.manager.create_pod_from_template(
-            statefulset, template, name=name,
-            extra_labels={REVISION_LABEL: revision, POD_NAME_LABEL: name, POD_INDEX_LABEL: str(ordinal)})
+        try:
+            return self.manager.create_pod(
+                statefulset, template, name=name,
+                extra_labels={REVISION_LABEL: revision, POD_NAME_LABEL: name, POD_INDEX_LABEL: str(ordinal)})
+        except ApiError as error:   # refused (admission, quota): upstream's FailedCreate event, retried next pass
+            self.manager.record_event(statefulset, "FailedCreate", "create Pod %s in StatefulSet %s failed error: %s"
+                                      % (name, meta(statefulset)["name"], error.message), "Warning",
+                                      "statefulset-controller")
+            return None
 
     def _revision_of_template(self, statefulset: dict) -> str:
         template = (statefulset.get("spec") or {}).get("template") or {}
@@ -162,6 +169,5 @@ class StatefulSetController:
                   "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": at(current_revision),
                   "updatedReplicas": updated, "currentRevision": current_revision,
                   "updateRevision": update_revision, "collisionCount": 0}
-        current = statefulset.get("status") or {}
-        if any(current.get(key) != value for key, value in status.items()):
+        if status_differs(statefulset.get("status") or {}, status):
             self.manager.patch("statefulsets", statefulset, {"status": status}, subresource="status")
