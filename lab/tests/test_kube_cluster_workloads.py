@@ -126,12 +126,16 @@ def job(name, command, **spec):
                 {"name": "work", "image": "busybox", "command": command}]}}}, **spec)}
 
 
-def test_job_completions_parallelism_backoff_limit_and_deadline(twin):
+def test_job_completions_parallelism_work_queue_backoff_limit_and_deadline(twin):
     kubectl(twin, "apply", "-f", "-", stdin=yaml.safe_dump_all([
         job("batch", ["sleep", "1"], completions=4, parallelism=2),
         job("broken", ["false"], backoffLimit=2),
         job("slow", ["sleep", "60"], activeDeadlineSeconds=2),
+        job("queue", ["sleep", "1"], parallelism=2),
     ]))
+    kubectl(twin, "wait", "--for=condition=complete", "job/queue", "--timeout=30s")
+    queue = json.loads(kubectl(twin, "get", "job", "queue", "-o", "json").stdout)
+    assert "completions" not in queue["spec"] and queue["status"]["succeeded"] == 2   # a work queue
     kubectl(twin, "wait", "--for=condition=complete", "job/batch", "--timeout=30s")
     batch = pods_of_job(twin, "batch")
     assert len(batch) == 4 and all(pod["status"]["phase"] == "Succeeded" for pod in batch)

@@ -74,8 +74,9 @@ def apply_defaults(resource: str, obj: dict) -> None:
 def _default_job(obj: dict) -> None:
     """batch/v1 Job defaults; without `manualSelector` the selector and template labels carry the job's uid."""
     spec = obj.setdefault("spec", {})
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1          # a work queue (parallelism without completions) keeps completions unset
     spec.setdefault("parallelism", 1)
-    spec.setdefault("completions", 1)
     spec.setdefault("backoffLimit", 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)

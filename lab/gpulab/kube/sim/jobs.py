@@ -1,6 +1,7 @@
 """The Job controller (batch/v1) and the TTL-after-finished controller, as kube-controller-manager runs them.
 
-NonIndexed jobs: up to `parallelism` pods at a time until `completions` succeeded; failed pods count
+NonIndexed jobs: up to `parallelism` pods at a time until `completions` succeeded (without `completions`, a
+work queue: done once a pod succeeded and none is left running); failed pods count
 against `backoffLimit` (with restartPolicy OnFailure their container restarts count too, as upstream), and a
 failure delays the next pod by the controller's back-off (10 s doubling, capped at 6 min; `backoff_s` in
 tests); `activeDeadlineSeconds`. A finished Job gets the 1.31+ condition pairs (`SuccessCriteriaMet` then
@@ -78,14 +79,15 @@ class JobController:
         status = dict(job.get("status") or {})
         template = spec.get("template") or {}
         restart_policy = (template.get("spec") or {}).get("restartPolicy") or "Never"
-        completions = spec.get("completions", 1)
+        completions = spec.get("completions")
         parallelism = int(spec.get("parallelism", 1))
         backoff_limit = int(spec.get("backoffLimit", 6))
         counts = job_counts(pods, restart_policy)
         start_time = status.get("startTime") or rfc3339(now)
         when = rfc3339(now)
         ending = None
-        if completions is not None and counts["succeeded"] >= int(completions):
+        work_queue_done = completions is None and counts["succeeded"] > 0 and not counts["active"]
+        if work_queue_done or (completions is not None and counts["succeeded"] >= int(completions)):
             ending = ("SuccessCriteriaMet", "Complete", "CompletionsReached",
                       "Reached expected number of succeeded pods")
         elif counts["failed"] > backoff_limit:
@@ -111,7 +113,9 @@ class JobController:
                                       component="job-controller")
             return
         wanted = parallelism
-        if completions is not None:
+        if completions is None and counts["succeeded"] > 0:
+            wanted = 0                   # a work queue: once one pod succeeded, the others finish the queue
+        elif completions is not None:
             wanted = min(parallelism, int(completions) - counts["succeeded"])
         if spec.get("suspend"):
             wanted = 0
