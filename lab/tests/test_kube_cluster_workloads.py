@@ -61,6 +61,7 @@ def test_statefulset_scaled_to_three_has_ordered_ready_pods_and_an_evicted_one_r
     assert status["currentRevision"] == status["updateRevision"] == pods[0]["metadata"]["labels"][
         "controller-revision-hash"]
     assert kubectl(twin, "get", "controllerrevision", status["updateRevision"]).returncode == 0
+    assert kubectl(twin, "get", "sts", "infer").stdout.splitlines()[1].split()[:2] == ["infer", "3/3"]
 
     kubernetes.config.load_kube_config(config_file=twin.kubeconfig_path)
     core = kubernetes.client.CoreV1Api()
@@ -108,6 +109,7 @@ def test_kubectl_create_job_sleep_2_completes_and_kubectl_wait_returns(twin):
     assert [c["type"] for c in job["status"]["conditions"]] == ["SuccessCriteriaMet", "Complete"]
     assert job["status"]["startTime"] <= job["status"]["completionTime"]
     assert elapsed >= 2
+    assert kubectl(twin, "get", "job", "nap").stdout.splitlines()[1].split()[:3] == ["nap", "Complete", "1/1"]
     pod = pods_of_job(twin, "nap")[0]
     assert pod["status"]["phase"] == "Succeeded"
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
