@@ -100,3 +100,17 @@ def test_a_program_the_node_does_not_have_runs_until_deleted(twin):
     status = container_status(twin, "missing")
     assert "running" in status["state"] and status["restartCount"] == 0
     kubectl(twin, "delete", "pod", "missing", "--timeout=30s")
+
+
+def test_a_node_at_its_process_bound_starts_the_next_container_when_one_ends(twin):
+    twin.kubelets["gpu-0"].processes.max_processes = 1
+    overrides = json.dumps({"apiVersion": "v1", "spec": {"nodeName": "gpu-0"}})
+    for name in ("first", "second"):
+        kubectl(twin, "run", name, "--image=busybox", "--restart=Never", "--overrides=" + overrides, "--",
+                "sleep", "30")
+    kubectl(twin, "wait", "pod/first", "--for=condition=Ready", "--timeout=30s")
+    time.sleep(0.5)
+    waiting = container_status(twin, "second")["state"]["waiting"]
+    assert waiting["reason"] == "ContainerCreating"
+    kubectl(twin, "delete", "pod", "first", "--timeout=30s")
+    kubectl(twin, "wait", "pod/second", "--for=condition=Ready", "--timeout=30s")

@@ -466,6 +466,8 @@ class Kubelet:
                 runtime = self._start_container(pod, now)
                 runtime["state"] = "running"
                 self._write_running(pod, runtime, now, ready=True)
+            elif runtime is None and not (pod.get("status") or {}).get("containerStatuses"):
+                self._write_creating(pod, None, now)     # at the process bound: waits to start
             return
         exit_code = self.processes.exit_code(uid)
         if runtime["state"] != "running" or exit_code is None:
