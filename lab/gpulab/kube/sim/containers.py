@@ -24,6 +24,12 @@ class ContainerProcesses:
         self.max_processes = max_processes
         self._lock = threading.Lock()
         self._processes = {}      # uid -> {"process": Popen, "exit_code": int|None}
+        self.missing_program = set()   # uids of pods whose program the node lacks: the kubelet's stand-in runs them
+
+    def runs(self, pod: dict) -> bool:
+        """Whether the pod's container runs (or is to run) as a process here."""
+        return (pod.get("metadata") or {}).get("uid") not in self.missing_program and self.available() \
+            and container_argv(pod) is not None
 
     def available(self) -> bool:
         return callable(getattr(self._view, "start_process", None))

@@ -87,7 +87,6 @@ class Kubelet:
         self._runtime = {}               # pod uid -> container runtime state
         self._jobs = {}                  # pod uid -> Future of a nvidia-smi run
         self.processes = ContainerProcesses(view, logs, client.informer.changed.set, config.max_processes)
-        self._no_program = set()         # pods whose command the node does not have: they run until deleted
         self._slice_generation = 0
         self._published_slice = None
         view.subscribe(self._on_view_event)
@@ -299,7 +298,7 @@ class Kubelet:
                 self._sync_plugin_pod(pod, now)
             elif command_argv(pod) is not None:
                 self._sync_command_pod(pod, now)
-            elif self._runs_as_process(pod):
+            elif self.processes.runs(pod):
                 self._sync_process_pod(pod, now)
             else:
                 self._sync_long_running_pod(pod, now)
@@ -310,7 +309,7 @@ class Kubelet:
         for uid in [uid for uid in self._runtime if uid not in present]:
             del self._runtime[uid]
             self._jobs.pop(uid, None)
-            self._no_program.discard(uid)
+            self.processes.missing_program.discard(uid)
         for uid in [uid for uid in self.processes.uids() if uid not in present]:
             self.processes.forget(uid)
 
@@ -347,7 +346,7 @@ class Kubelet:
                 self.processes.kill(uid)
             return
         self.processes.forget(uid)
-        self._no_program.discard(uid)
+        self.processes.missing_program.discard(uid)
         self._runtime.pop(uid, None)
         if self._stale_plugin_uid == uid:
             self._stale_plugin_uid = None
@@ -445,10 +444,6 @@ class Kubelet:
             self._write_terminated(pod, runtime, exit_code, now)
 
     # --- pods whose command runs as a process in the node twin --------------------------------
-    def _runs_as_process(self, pod: dict) -> bool:
-        return meta(pod).get("uid") not in self._no_program and self.processes.available() \
-            and container_argv(pod) is not None
-
     def _sync_process_pod(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
         runtime = self._runtime.get(uid)
@@ -460,7 +455,7 @@ class Kubelet:
             started = self.processes.start(uid, meta(pod).get("namespace"), meta(pod)["name"], container_argv(pod),
                                            container_env(pod))
             if started is False:
-                self._no_program.add(uid)
+                self.processes.missing_program.add(uid)
                 self._sync_long_running_pod(pod, now)
             elif started:
                 runtime = self._start_container(pod, now)
