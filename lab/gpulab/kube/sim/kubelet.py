@@ -336,8 +336,7 @@ class Kubelet:
     def _finalize(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
         if self.processes.running(uid):
-            # Graceful deletion: SIGTERM now, SIGKILL when the grace period is over; the pod goes once its
-            # process has exited.
+            # SIGTERM now, SIGKILL after the grace period; the pod goes once its process has exited
             runtime = self._runtime.setdefault(uid, {})
             if "kill_at" not in runtime:
                 self.processes.terminate(uid)
