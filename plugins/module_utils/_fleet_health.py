@@ -48,6 +48,27 @@ RESTARTS_WARNING = 5
 HARDWARE_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
 
+CASES = {
+    1: ("stale ledger", "restart the device-plugin pod on the node (device_plugin_restart); safe to automate",
+        "gpuallocatablezero"),
+    2: ("pod running with no GPU", "give the pod a nvidia.com/gpu limit; do not run the device plugin and DRA for "
+        "the same GPUs", None),
+    3: ("device-plugin crash loop", "read the plugin's previous log: NVML not found (driver or toolkit missing), "
+        "driver/library mismatch (reboot after the upgrade), no GPU visible (runtime not nvidia/CDI)",
+        "gpuallocatablezero"),
+    4: ("Xid 79 / GPU hardware", "cordon and taint the node, drain it, reset the GPU or reboot; again = RMA",
+        "gpuxiderror"),
+    5: ("VRAM leak signs", "find the process holding memory (nvidia-smi), restart the workload", "gpumemorypressure"),
+    6: ("MIG config lost after a driver upgrade", "reapply the MIG profile (nvidia-smi mig -cgi ... -C)", None),
+    7: ("GPU resources gone after a reboot", "fix the driver first: rebuild DKMS for the running kernel, enroll the "
+        "signing key for Secure Boot, then reapply MIG", "gpuallocatablezero"),
+}
+# which layer a finding belongs to: L0 hardware, L1 kernel driver, L2 NVML, L3 container runtime,
+# L4 device plugin, L5 kubelet ledger / scheduling, L6 in the container
+CHECK_LAYERS = {"vram": 6, "xid": 0, "ecc": 0, "mig": 2, "driver": 1, "components": 4, "ledger": 5, "pending": 5, "pods": 6,
+                "cordon": 5}
+
+
 class HealthInputError(ValueError):
     """A threshold or option the judging cannot use; the message says which and why."""
 
@@ -294,12 +315,13 @@ def check_ledger(view, facts=None):
                                     "unhealthy" % (name, resource, allocatable, capacity, capacity - allocatable),
                                     "read the node's Xid events (diagnose runbook); drain and reset the GPU",
                                     case=4, runbook="gpuxiderror"))
-    if gpu is not None and nvml is not None and pci is not None and nvml < pci:
+    nvml_ok = bool(facts and (facts.get("userspace") or {}).get("nvml_ok"))
+    if gpu is not None and nvml_ok and pci is not None and nvml < pci:
         findings.append(finding(name, "ledger", "gpu_off_the_bus", "critical",
                                 "%s: NVML sees %d GPU(s), PCI shows %d: a GPU is gone from the bus" % (name, nvml, pci),
                                 "cordon, drain and reboot or reset the node; a GPU that falls off again goes back to "
                                 "the vendor", case=4, runbook="gpuxiderror"))
-    elif gpu is not None and nvml is not None and gpu["capacity"] > nvml:
+    elif gpu is not None and nvml_ok and gpu["capacity"] > nvml:
         findings.append(finding(name, "ledger", "gpu_off_the_bus", "critical",
                                 "%s: capacity %d but NVML sees %d GPU(s): a GPU is gone from the bus"
                                 % (name, gpu["capacity"], nvml), "cordon, drain and reset or reboot the node",
@@ -484,6 +506,23 @@ def check_node_facts(name, facts, baseline_xids):
     return findings
 
 
+VRAM_HELD_MIB = 1024
+
+
+def check_vram(view, facts):
+    """Case 5, VRAM leak signs: GPU memory held while no GPU pod runs on the node (a process outlived its pod)."""
+    running = [pod for pod in view["gpu_pods"] if (pod.get("status") or {}).get("phase") == "Running"]
+    held = [gpu for gpu in (facts or {}).get("gpus") or [] if (gpu.get("memory_used_mib") or 0) >= VRAM_HELD_MIB]
+    if running or not held:
+        return []
+    return [finding(view["name"], "vram", "vram_held_without_pod", "warning",
+                    "%s: %d GPU(s) hold memory (%s) while no GPU pod runs on the node" % (
+                        view["name"], len(held), ", ".join("GPU %s %s MiB" % (gpu.get("index"), gpu["memory_used_mib"])
+                                                           for gpu in held)),
+                    "find the process (nvidia-smi --query-compute-apps=pid,used_memory --format=csv) and end it",
+                    case=5, runbook="gpumemorypressure")]
+
+
 def _node_case(code):
     if code in ("dkms_not_built_for_running_kernel", "secure_boot_unsigned_module", "secure_boot_signer_not_enrolled",
                 "module_not_loaded", "kernel_headers_missing"):
@@ -493,6 +532,29 @@ def _node_case(code):
     if code == "mig_pending_reset":
         return 6
     return None
+
+
+def layer_of(item, facts=None):
+    if item["code"] == "gpu_off_the_bus" or item["code"].startswith("xid_"):
+        return 0
+    if item["check"] == "node":
+        for entry in (facts or {}).get("diagnosis") or []:
+            if entry.get("code") == item["code"]:
+                return entry.get("layer")
+    return CHECK_LAYERS.get(item["check"])
+
+
+def layers_and_cases(node_findings, facts=None):
+    """``(failing_layer, cases)``: the lowest layer L0..L6 with an error or critical finding ("L2"), else None;
+    the production cases matched, each ``{case, name, fix, runbook}``."""
+    failing = [layer_of(item, facts) for item in node_findings
+               if severity_rank(item["severity"]) <= severity_rank("error")]
+    failing = [layer for layer in failing if layer is not None]
+    cases = []
+    for number in sorted(set(item["case"] for item in node_findings if item["case"])):
+        name, fix, anchor = CASES[number]
+        cases.append({"case": number, "name": name, "fix": fix, "runbook": (DOCS + anchor) if anchor else None})
+    return ("L%d" % min(failing)) if failing else None, cases
 
 
 def xid_baseline(previous_report):
@@ -549,6 +611,7 @@ def judge(nodes, pods, daemonsets, now, node_facts=None, previous_report=None, p
         findings += check_cordon(view, now, cordon_minutes)
         if facts:
             findings += check_node_facts(name, facts, baseline.get(name))
+            findings += check_vram(view, facts)
     findings += check_pending(pods, set(views), now, pending_minutes)
     counts, target, spread = driver_spread(views, target_driver)
     findings = worst_first(findings + spread)
@@ -564,6 +627,7 @@ def judge(nodes, pods, daemonsets, now, node_facts=None, previous_report=None, p
             "resources": view["resources"], "unschedulable": view["unschedulable"],
             "nvml_gpu_count": len((facts or {}).get("gpus") or []) if facts else None,
             "looked_at": facts is not None, "xid_seen": xid_seen}
+        per_node[name]["failing_layer"], per_node[name]["cases"] = layers_and_cases(mine, facts)
     by_severity = dict((severity, sum(1 for item in findings if item["severity"] == severity))
                        for severity in SEVERITIES)
     rows = vram_rows if vram_rows is not None else vram_from_facts(node_facts)
