@@ -40,6 +40,7 @@ def wait_allocatable(lab, node, wanted, timeout_s=60):
 
 def run_diagnose(lab, tmp_path, **extravars):
     """(rc, shown message per host, ok task names per host, failed hosts)."""
+    os.makedirs(str(tmp_path), exist_ok=True)
     result = ansible_runner.run(
         private_data_dir=str(tmp_path), playbook=PLAYBOOK, inventory=os.path.join(lab.state_dir, "inventory.yml"),
         extravars=extravars, quiet=True,

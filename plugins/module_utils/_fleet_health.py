@@ -19,6 +19,7 @@ import hashlib
 import json
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import dra_gpu_count
 
 SEVERITIES = ("critical", "error", "warning", "info")
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -65,8 +66,8 @@ CASES = {
 }
 # which layer a finding belongs to: L0 hardware, L1 kernel driver, L2 NVML, L3 container runtime,
 # L4 device plugin, L5 kubelet ledger / scheduling, L6 in the container
-CHECK_LAYERS = {"vram": 6, "xid": 0, "ecc": 0, "mig": 2, "driver": 1, "components": 4, "ledger": 5, "pending": 5, "pods": 6,
-                "cordon": 5}
+CHECK_LAYERS = {"vram": 6, "xid": 0, "ecc": 0, "mig": 2, "driver": 1, "components": 4, "ledger": 5, "pending": 5,
+                "pods": 6, "cordon": 5}
 
 
 class HealthInputError(ValueError):
@@ -224,7 +225,7 @@ def cordon_info(node, now):
 # ---------------------------------------------------------------- the cluster's view of each node
 
 
-def cluster_view(nodes, pods, daemonsets):
+def cluster_view(nodes, pods, daemonsets, resource_slices=()):
     """``{node name: view}`` of every GPU node: resources, readiness, driver label, MIG labels, its component pods,
     its GPU pods; plus which components the cluster runs at all (a DaemonSet, or pods of it)."""
     gpu_nodes = [node for node in nodes if is_gpu_node(node)]
@@ -236,7 +237,8 @@ def cluster_view(nodes, pods, daemonsets):
             "driver_version": driver_version(node), "labels": {key: value for key, value in labels.items()
                                                                if key.startswith("nvidia.com/")},
             "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
-            "components": {component: [] for component in COMPONENTS}, "gpu_pods": [], "node": node}
+            "components": {component: [] for component in COMPONENTS}, "gpu_pods": [], "node": node,
+            "dra_gpus": dra_gpu_count(resource_slices, _meta(node)["name"]) if resource_slices else None}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         view = views.get(node_name)
@@ -286,6 +288,19 @@ def check_ledger(view, facts=None):
         findings.append(finding(name, "ledger", "node_not_ready", "critical",
                                 "%s is not Ready: the kubelet does not post its status" % name,
                                 "check the kubelet and the node (systemctl status kubelet)"))
+    if view.get("dra_gpus") is not None and resources:
+        findings.append(finding(name, "ledger", "device_plugin_and_dra", "error",
+                                "%s: the device plugin advertises %s and the DRA driver publishes %d GPU(s): both "
+                                "hand out the same GPUs" % (name, ", ".join(sorted(resources)), view["dra_gpus"]),
+                                "run one of them per node (label the node out of the device plugin's DaemonSet)",
+                                case=2))
+    if view.get("dra_gpus") is not None and not resources:
+        if nvml is not None and nvml > view["dra_gpus"] and nvml_ok_of(facts):
+            findings.append(finding(name, "ledger", "gpu_unhealthy", "error",
+                                    "%s: the DRA driver publishes %d GPU(s), NVML sees %d" % (
+                                        name, view["dra_gpus"], nvml),
+                                    "read the node's Xid events (diagnose runbook)", case=4, runbook="gpuxiderror"))
+        return findings
     if gpu is None and not any(res.startswith(MIG_RESOURCE_PREFIX) for res in resources):
         findings.append(finding(name, "ledger", "gpu_resources_gone", "critical",
                                 "%s is a GPU node but advertises no nvidia.com/gpu resource%s" % (
@@ -315,7 +330,7 @@ def check_ledger(view, facts=None):
                                     "unhealthy" % (name, resource, allocatable, capacity, capacity - allocatable),
                                     "read the node's Xid events (diagnose runbook); drain and reset the GPU",
                                     case=4, runbook="gpuxiderror"))
-    nvml_ok = bool(facts and (facts.get("userspace") or {}).get("nvml_ok"))
+    nvml_ok = nvml_ok_of(facts)
     if gpu is not None and nvml_ok and pci is not None and nvml < pci:
         findings.append(finding(name, "ledger", "gpu_off_the_bus", "critical",
                                 "%s: NVML sees %d GPU(s), PCI shows %d: a GPU is gone from the bus" % (name, nvml, pci),
@@ -327,6 +342,10 @@ def check_ledger(view, facts=None):
                                 % (name, gpu["capacity"], nvml), "cordon, drain and reset or reboot the node",
                                 case=4, runbook="gpuxiderror"))
     return findings
+
+
+def nvml_ok_of(facts):
+    return bool(facts and (facts.get("userspace") or {}).get("nvml_ok"))
 
 
 def check_components(view, present):
@@ -595,10 +614,10 @@ def nodes_to_look_at(findings, views, mode="flagged", sample=0, seed=""):
     return flagged + sorted(others[:max(0, int(sample))])
 
 
-def judge(nodes, pods, daemonsets, now, node_facts=None, previous_report=None, pending_minutes=30.0,
-          cordon_minutes=24 * 60.0, target_driver=None, vram_rows=None):
+def judge(nodes, pods, daemonsets, now, resource_slices=(), node_facts=None, previous_report=None,
+          pending_minutes=30.0, cordon_minutes=24 * 60.0, target_driver=None, vram_rows=None):
     """The whole report but its I/O: ``{summary, findings, nodes, driver_versions, vram_top}``."""
-    views, present = cluster_view(nodes, pods, daemonsets)
+    views, present = cluster_view(nodes, pods, daemonsets, resource_slices)
     node_facts = node_facts or {}
     baseline = xid_baseline(previous_report)
     findings = []

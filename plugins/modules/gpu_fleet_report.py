@@ -11,7 +11,8 @@ short_description: Judge whether the GPU ledger of a Kubernetes cluster matches 
 version_added: 0.1.0
 description:
   - Reads the whole cluster with a constant number of list calls - nodes, pods of all namespaces, DaemonSets of all
-    namespaces - never one call per node, and judges every GPU node (a node advertising C(nvidia.com/*) resources or
+    namespaces, and ResourceSlices where the API server serves C(resource.k8s.io) (after one discovery request) -
+    never one call per node, and judges every GPU node (a node advertising C(nvidia.com/*) resources or
     labelled C(feature.node.kubernetes.io/pci-10de.present) / C(nvidia.com/gpu.present)).
   - "Checks: the ledger (capacity vs allocatable vs what NVML sees when O(node_facts) has the node: capacity 8,
     allocatable 0, NVML 8 is the stale ledger; allocatable 7 an unhealthy GPU; NVML 7 a GPU off the bus);
@@ -167,10 +168,12 @@ vram_top:
   elements: dict
   sample: [{node: gpu-node-01, gpu: 0, used_mib: 70000, total_mib: 81559}]
 api:
-  description: The API requests this report made - C(list_calls) (constant, whatever the fleet's size) and C(lists).
+  description:
+    - The API requests this report made - C(list_calls) (3, or 4 with ResourceSlices, whatever the fleet's size),
+      C(lists), C(discovery_calls) (1), C(seconds).
   returned: always
   type: dict
-  sample: {list_calls: 3, lists: [nodes, pods, daemonsets], seconds: 0.42}
+  sample: {list_calls: 3, lists: [nodes, pods, daemonsets], discovery_calls: 1, seconds: 0.42}
 report_files:
   description: The files written (empty in check mode or without O(report_dir)).
   returned: always
@@ -200,6 +203,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     api_error_message,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import dra_api_version
 from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import PrometheusAnswerError, parse_query_data
 from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus_http import PrometheusClient
 
@@ -215,12 +219,25 @@ VRAM_QUERY = "topk(10, DCGM_FI_DEV_FB_USED)"
 
 
 def read_cluster(module, api):
-    """Nodes, pods and DaemonSets: three list calls, whatever the number of nodes."""
+    """Nodes, pods, DaemonSets and, where the API server serves resource.k8s.io, ResourceSlices: one discovery
+    request and at most four list calls, whatever the number of nodes."""
     core, apps = kubernetes.client.CoreV1Api(api), kubernetes.client.AppsV1Api(api)
-    lists = []
-    found = {}
-    for key, call in (("nodes", core.list_node), ("pods", core.list_pod_for_all_namespaces),
-                      ("daemonsets", apps.list_daemon_set_for_all_namespaces)):
+    calls = [("nodes", core.list_node), ("pods", core.list_pod_for_all_namespaces),
+             ("daemonsets", apps.list_daemon_set_for_all_namespaces)]
+    try:
+        response = kubernetes.client.ApisApi(api).get_api_versions(_preload_content=False)
+        groups = json.loads(response.data).get("groups") or []
+    except Exception as error:  # ApiException, urllib3 connection and TLS errors
+        module.fail_json(msg=api_error_message(error, "discover API groups"))
+    served = [version.get("version") for group in groups if group.get("name") == "resource.k8s.io"
+              for version in group.get("versions") or []]
+    version = dra_api_version([one for one in served
+                               if hasattr(kubernetes.client, "Resource%sApi" % one.capitalize())])
+    if version is not None:
+        calls.append(("resourceslices",
+                      getattr(kubernetes.client, "Resource%sApi" % version.capitalize())(api).list_resource_slice))
+    found, lists = {"resourceslices": []}, []
+    for key, call in calls:
         try:
             found[key] = list_json(call)[0]
         except Exception as error:  # ApiException, urllib3 connection and TLS errors
@@ -316,7 +333,8 @@ def main():
             module.fail_json(msg="nodes: %s %s not a GPU node of the cluster (%d GPU nodes listed)" % (
                 ", ".join(unknown), "is" if len(unknown) == 1 else "are", len(gpu_names)))
     now = time.time()
-    report = judge(nodes, cluster["pods"], cluster["daemonsets"], now, node_facts=params["node_facts"],
+    report = judge(nodes, cluster["pods"], cluster["daemonsets"], now, resource_slices=cluster["resourceslices"],
+                   node_facts=params["node_facts"],
                    previous_report=previous, pending_minutes=pending_minutes, cordon_minutes=cordon_minutes,
                    target_driver=params["target_driver_version"], vram_rows=vram_rows)
     if params["nodes"]:
@@ -325,7 +343,8 @@ def main():
         report["nodes"] = dict((name, node) for name, node in report["nodes"].items() if name in wanted)
     report["generated_at"] = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime(
         "%Y-%m-%dT%H:%M:%SZ")
-    report["api"] = {"list_calls": len(lists), "lists": lists, "seconds": round(time.time() - started, 3)}
+    report["api"] = {"list_calls": len(lists), "lists": lists, "discovery_calls": 1,
+                     "seconds": round(time.time() - started, 3)}
     report["vram_source"] = "prometheus %s" % VRAM_QUERY if vram_rows is not None else "nvidia-smi on the nodes"
     report["baseline"] = previous_path if previous is not None else None
     week = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isocalendar()

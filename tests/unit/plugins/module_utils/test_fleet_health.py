@@ -113,6 +113,23 @@ def test_real_capture_issue58_is_the_stale_ledger():
     assert "capacity 16, allocatable 0, NVML 16" in found[0]["message"]
 
 
+def test_dra_node_is_judged_by_its_resource_slices_and_both_at_once_is_case_2():
+    resource_slice = fixture("resourceslice_v1_gpu-nvidia-com_CONSTRUCTED.json")   # 2 GPUs + 1 MIG device
+    dra_only = node("gpu-node-07")
+    for key in ("capacity", "allocatable"):
+        del dra_only["status"][key]["nvidia.com/gpu"]
+    report = fh.judge([dra_only], [plugin_pod("gpu-node-07")], [DAEMONSET], NOW, resource_slices=[resource_slice],
+                      node_facts={"gpu-node-07": facts(2, pci=2)})
+    assert codes(report, "gpu-node-07") == []
+    lost = fh.judge([dra_only], [plugin_pod("gpu-node-07")], [DAEMONSET], NOW, resource_slices=[resource_slice],
+                    node_facts={"gpu-node-07": facts(3, pci=3)})
+    assert codes(lost, "gpu-node-07") == ["gpu_unhealthy"]
+    both = fh.judge([node("gpu-node-07")], [plugin_pod("gpu-node-07")], [DAEMONSET], NOW,
+                    resource_slices=[resource_slice])
+    assert codes(both, "gpu-node-07") == ["device_plugin_and_dra"]
+    assert both["nodes"]["gpu-node-07"]["cases"][0]["case"] == 2
+
+
 def test_components_missing_crash_looping_restarting():
     nodes = [node("none"), node("loop"), node("restarts")]
     pods = [plugin_pod("loop", waiting="CrashLoopBackOff", restarts=7), plugin_pod("restarts", restarts=6)]
@@ -156,7 +173,8 @@ def test_cordoned_long_and_by_whom():
     report = fh.judge([ours, theirs, recent], [plugin_pod(name) for name in ("ours", "theirs", "recent")],
                       [DAEMONSET], NOW)
     by_node = dict((item["node"], item) for item in report["findings"])
-    assert "by gpuops.nvidia.node_drain" in by_node["ours"]["message"] and "driver upgrade" in by_node["ours"]["message"]
+    assert "by gpuops.nvidia.node_drain" in by_node["ours"]["message"]
+    assert "driver upgrade" in by_node["ours"]["message"]
     assert by_node["ours"]["severity"] == "warning"
     assert "unknown (no gpuops.nvidia/cordon annotation)" in by_node["theirs"]["message"]
     assert by_node["theirs"]["severity"] == "error"
