@@ -57,7 +57,7 @@ def assert_constant_requests(lab, since, report):
     ours = requests(lab.state_dir, since, user_agent_part="gpuops.nvidia")
     lists = [record for record in ours if record["verb"] == "list"]
     assert len(lists) == 2 * report["api"]["list_calls"]
-    assert [record["path"] for record in ours if record["verb"] != "list"] == ["/apis", "/apis"]
+    assert [record["path"] for record in ours if record["verb"] != "list"] == ["/apis/", "/apis/"]
     return ours
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import dra_gpu_count
@@ -97,8 +98,8 @@ def parse_duration_minutes(value, name):
     except ValueError:
         raise HealthInputError("%s: %r is not a duration (minutes, or a number with m, h or d: 30m, 2h, 1d)"
                                % (name, value))
-    if minutes < 0 or minutes != minutes:
-        raise HealthInputError("%s: %r must not be negative" % (name, value))
+    if minutes < 0 or math.isnan(minutes) or math.isinf(minutes):
+        raise HealthInputError("%s: %r must be a finite duration, not negative" % (name, value))
     return minutes
 
 

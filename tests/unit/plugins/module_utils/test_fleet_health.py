@@ -73,7 +73,7 @@ def facts(gpu_count=8, nvml_ok=True, pci=8, xids=(), diagnosis=(), **gpu_fields)
     gpus = [dict({"index": index, "pci_bus_id": "0000:%02x:00.0" % index, "memory_used_mib": 0,
                   "memory_total_mib": 81559}, **gpu_fields) for index in range(gpu_count if nvml_ok else 0)]
     return {"userspace": {"nvml_ok": nvml_ok}, "gpus": gpus, "gpu_count": len(gpus),
-            "pci_devices": [{"class_id": "0x030200"} for _ in range(pci)], "xid_events": list(xids),
+            "pci_devices": [{"class_id": "0x030200"}] * pci, "xid_events": list(xids),
             "diagnosis": list(diagnosis)}
 
 
@@ -240,7 +240,7 @@ def test_durations(text, minutes):
     assert fh.parse_duration_minutes(text, "t") == minutes
 
 
-@pytest.mark.parametrize("text", ["soon", "", "-5m", "h", None])
+@pytest.mark.parametrize("text", ["soon", "", "-5m", "h", None, "nan", "infh"])
 def test_malformed_durations(text):
     with pytest.raises(fh.HealthInputError, match="^t: "):
         fh.parse_duration_minutes(text, "t")
