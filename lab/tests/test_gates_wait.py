@@ -141,3 +141,33 @@ def test_wait_returns_no_later_than_kubectl_wait_on_the_same_change(gpu_lab, col
     detected = collection_module_utils("_k8s_time").parse_time(result["nodes"][STALE]["satisfied_at"])
     # the module saw the node back no later than kubectl wait returned (0.5 s: two processes on 2 shared cores)
     assert detected <= kubectl_done + 0.5, (detected, kubectl_done)
+
+
+@pytest.fixture(scope="module")
+def dra_lab(tmp_path_factory):
+    state_dir = str(tmp_path_factory.mktemp("gates-dra") / "state")
+    running = start_lab(state_dir, "--nodes", "1", "--boot-delay", "0.5", "--driver", DRIVER, "--dra")
+    yield running
+    stop_lab(running)
+    shutil.rmtree(os.path.dirname(state_dir), ignore_errors=True)
+
+
+def test_dra_counts_gpus_in_resource_slices_of_the_ga_api(dra_lab):
+    ok, result = run_module(dra_lab, "gpu_allocatable_wait", {
+        "nodes": [REBOOTED], "resource": "dra", "count": 8, "stable_seconds": 0, "timeout": 60})
+    assert ok, result
+    assert result["api_version"] == "v1"
+    assert (result["nodes"][REBOOTED]["capacity"], result["nodes"][REBOOTED]["allocatable"]) == (8, 8)
+    assert result["watches_opened"] <= 2        # nodes and resourceslices, one watch each at most
+
+
+def test_dra_node_with_a_gpu_lost_to_xid_79_publishes_fewer_devices(dra_lab):
+    dra_lab.gpulab("fault", REBOOTED, "xid:79:5")
+    try:
+        ok, result = run_module(dra_lab, "gpu_allocatable_wait", {
+            "nodes": [REBOOTED], "resource": "dra", "count": 8, "stable_seconds": 0, "timeout": 10})
+        assert not ok
+        assert result["diagnosis"][0]["code"] == "fewer_devices"
+        assert "7 of 8 GPUs published in ResourceSlices" in result["msg"]
+    finally:
+        dra_lab.gpulab("clear", REBOOTED, "xid:79:5")

@@ -64,7 +64,8 @@ class ListWatch:
         self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self, join_s=1.0):
+        """Ends the watch (the reader thread returns within ``join_s``)."""
         self._stopped.set()
         response = self._response
         if response is not None:
@@ -73,6 +74,8 @@ class ListWatch:
                     getattr(response, close, lambda: None)()
                 except Exception:  # pylint: disable=broad-except
                     pass
+        if self._thread is not None:
+            self._thread.join(join_s)
 
     def _run(self, deadline):
         failures = 0
@@ -80,7 +83,7 @@ class ListWatch:
         while not self._stopped.is_set() and (time.time() < deadline or resource_version is None):
             try:
                 if resource_version is None:
-                    resource_version = self._list()
+                    resource_version = self.list_once()
                 resource_version = self._watch(resource_version, deadline)
                 failures = 0
             except Exception as error:  # pylint: disable=broad-except
@@ -97,7 +100,9 @@ class ListWatch:
                 time.sleep(RETRY_DELAYS_S[failures])
                 failures += 1
 
-    def _list(self):
+    def list_once(self):
+        """One list, delivered as a SYNC event (check mode judges on it without watching); returns its
+        resourceVersion."""
         items, resource_version = list_json(self.list_call)
         self.lists += 1
         self.events.put((self.key, 'SYNC', items))

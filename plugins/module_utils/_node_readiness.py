@@ -212,10 +212,8 @@ class NodeTracker:
             else:
                 if self.passing_since is None:
                     self.passing_since = now
-                since = self.passing_since
-                ready_since = parse_time(state['ready_since'])
-                if self.expectation.get('require_ready', True) and ready_since is not None:
-                    since = max(since, ready_since) if ready_since <= now else since
+                self.state = state
+                since = self._stable_since(now)
                 if now - since >= self.stable_seconds:
                     self.satisfied_at = now
                 else:
@@ -228,15 +226,20 @@ class NodeTracker:
         self.state = state
         return state
 
-    def due_at(self):
+    def _stable_since(self, now):
+        """Since when every check holds: the later of the first passing observation and the Ready transition (a
+        transition stamped in the future, clock skew, is not trusted)."""
+        since = self.passing_since
+        ready_since = parse_time((self.state or {}).get('ready_since'))
+        if self.expectation.get('require_ready', True) and ready_since is not None and ready_since <= now:
+            since = max(since, ready_since)
+        return since
+
+    def due_at(self, now):
         """When the node will be satisfied if nothing changes (None: not while a check fails)."""
         if self.satisfied_at is not None or self.passing_since is None:
             return None
-        since = self.passing_since
-        ready_since = parse_time((self.state or {}).get('ready_since'))
-        if self.expectation.get('require_ready', True) and ready_since is not None:
-            since = max(since, ready_since)
-        return since + self.stable_seconds
+        return self._stable_since(now) + self.stable_seconds
 
 
 def diagnosis(states):

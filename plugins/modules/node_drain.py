@@ -198,6 +198,13 @@ blocked:
   elements: dict
   sample: [{pod: default/web-0, pdbs: [{name: web, namespace: default, disruptions_allowed: 0}],
             message: "Cannot evict pod as it would violate the pod's disruption budget."}]
+waited_for_budget:
+  description: The pods whose eviction had to wait for their PodDisruptionBudget to allow a disruption (or that a
+    budget refused at least once).
+  returned: when O(state=drain) and pods were evicted
+  type: list
+  elements: str
+  sample: [default/web-5c6b8-x2x7p]
 pdbs:
   description: With O(dry_run), every PodDisruptionBudget covering pods of the drain, the pods it covers and
     whether it would hold some back now (C(would_block)).
@@ -269,17 +276,21 @@ class BudgetGate:
             return list(self.pdbs.values())
 
     def wait(self, keys, timeout, stop):
+        """Take one allowed disruption of ``keys``, waiting for one up to ``timeout``; True when it had to wait."""
         deadline = time.monotonic() + timeout
+        waited = False
         with self._condition:
             while not stop.is_set():
                 if any(self._tokens.get(key, 0) > 0 for key in keys):
                     for key in keys:
                         self._tokens[key] = self._tokens.get(key, 0) - 1
-                    return
+                    return waited
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return
+                    return True
+                waited = True
                 self._condition.wait(min(remaining, 0.5))
+        return waited
 
     def wake_all(self):
         with self._condition:
@@ -298,6 +309,7 @@ class Drain:
         self.pods = {_drain.pod_key(pod): pod for pod in pods}
         self.pending = {key: pod["metadata"]["uid"] for key, pod in self.pods.items()}
         self.evicted = set()
+        self.waited = set()       # pods whose eviction waited for a disruption budget (or was refused by one)
         self.errors = {}          # pod key (or watch name) -> message of a failure that is not retried
         self.last_answer = {}     # pod key -> last message of a refused eviction
         self.gate = BudgetGate(pdbs)
@@ -329,7 +341,8 @@ class Drain:
         if len(pdbs) == 1 and _drain.needs_budget(pod, pdbs[0]):
             # take one of the disruptions the budget allows before asking: evictions beyond them would only be
             # refused with 429 (at most PDB_RETRY_CAP_S of waiting when the budget's status is behind)
-            self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop)
+            if self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop):
+                self.waited.add(key)
         attempt = 0
         while not self.stop.is_set() and self.remaining() > 0:
             try:
@@ -348,6 +361,7 @@ class Drain:
                     self.events.put(("eviction", "ERROR", (key, api_error_message(error, "evict %s" % key))))
                     return
             attempt += 1
+            self.waited.add(key)
             if budgets:
                 self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop)
             else:
@@ -504,6 +518,7 @@ def run_drain(module, api, core, node, reason, started, result):
     drain = Drain(module, api, name, plan["evict"], pdbs, started + module.params["timeout"])
     pending = drain.run()
     result["evicted"] = sorted(set(result["pods_to_evict"]) - set(pending))
+    result["waited_for_budget"] = sorted(drain.waited)
     if not pending:
         return
     pending_pods = [drain.pods[key] for key in pending]

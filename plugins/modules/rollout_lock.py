@@ -101,12 +101,15 @@ EXAMPLES = r"""
         state: released
         holder: "{{ rollout_lock.holder }}"
 
-- name: Take over a lock whose holder died (its ttl ran out)
-  gpuops.nvidia.rollout_lock:
-    name: gpu-driver-rollout
-    holder: "oncall@bastion/incident-4711"
-    steal_expired: true
-  delegate_to: localhost
+- name: Recover a fleet whose rollout died
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Take over the lock whose holder died (its ttl ran out)
+      gpuops.nvidia.rollout_lock:
+        name: gpu-driver-rollout
+        holder: "oncall@bastion/incident-4711"
+        steal_expired: true
 """
 
 RETURN = r"""

@@ -142,7 +142,7 @@ def test_tracker_waits_stable_seconds_from_the_later_of_ready_and_first_pass():
     tracker = NodeTracker("gpu-node-01", expectation(), stable_seconds=10)
     first = tracker.observe(TWIN_NODE, READY_AT + 2)
     assert not first["satisfied"] and codes(first) == ["not_stable"]
-    assert tracker.due_at() == READY_AT + 12
+    assert tracker.due_at(READY_AT + 2) == READY_AT + 12
     assert not tracker.observe(TWIN_NODE, READY_AT + 11)["satisfied"]
     done = tracker.observe(TWIN_NODE, READY_AT + 12)
     assert done["satisfied"] and done["satisfied_at"] == format_micro_time(READY_AT + 12) and done["problems"] == []

@@ -18,7 +18,7 @@ def test_one_allowed_disruption_lets_one_waiter_through_and_the_next_waits_for_t
     gate = BudgetGate([pdb(1)])
     stop = threading.Event()
     started = time.monotonic()
-    gate.wait(["default/web"], 5, stop)
+    assert gate.wait(["default/web"], 5, stop) is False
     assert time.monotonic() - started < 0.5
 
     released = []
