@@ -691,8 +691,8 @@ def markdown(report):
     lines += ["", "%d node(s) without findings." % healthy, "", "## Findings, worst first", ""]
     for item in report["findings"]:
         lines.append("- **%s** `%s`%s: %s. Fix: %s%s" % (
-            item["severity"], item["code"], " (case %s)" % item["case"] if item["case"] else "", item["message"],
-            item["remedy"], " ([runbook](%s))" % item["runbook"] if item["runbook"] else ""))
+            item["severity"], item["code"], " (case %s)" % item["case"] if item["case"] else "",
+            (item["message"] or "").rstrip("."), item["remedy"], " ([runbook](%s))" % item["runbook"] if item["runbook"] else ""))
     if not report["findings"]:
         lines.append("None.")
     lines += ["", "## Driver versions", "", "Target: %s" % (report.get("driver_target") or "-"), "",
