@@ -22,7 +22,9 @@ from . import discovery, protobuf, tls
 from .tables import table_for
 from .eviction import pod_is_terminal
 from .errors import ApiError
+from .authn import Authenticator
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
+from .rbac import SELF_SUBJECT_ACCESS_REVIEW_PATH, Authorizer, request_attributes
 from .routes import Route, dry_run_requested, int_param, is_true, parse_resource_path, query_value
 from .store import Store
 
@@ -111,20 +113,22 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception:
                 raise ApiError(400, "BadRequest", "the body of the request could not be decoded as JSON")
 
-    def _authorized(self) -> bool:
-        header = self.headers.get("Authorization") or ""
-        return header == "Bearer " + self.api.token
+    def _authenticate(self):
+        """The request's User (admin token or a ServiceAccount token, ``authn.py``), None when unknown."""
+        self._user = self.api.authenticator.authenticate(self.headers.get("Authorization") or "")
+        return self._user
 
     def _handle(self) -> None:
         started = time.monotonic()
         self._code = 0
         self._verb = None
         self._body = None
+        self._user = None
         split = urlsplit(self.path)
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            if not self._authorized():
+            if self._authenticate() is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
@@ -137,7 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
             recorder = self.api.store.recorder
             if recorder is not None:
                 recorder.record_request(self.command, split.path, split.query, self._code,
-                                        "admin" if self._authorized() else None, self.headers.get("User-Agent"),
+                                        self._user.name if self._user else None, self.headers.get("User-Agent"),
                                         (time.monotonic() - started) * 1000.0, self._verb)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
@@ -147,10 +151,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, path: str, query: Dict[str, List[str]]) -> None:
         if self._serve_non_resource(path):
             return
+        if path.rstrip("/") == SELF_SUBJECT_ACCESS_REVIEW_PATH and self.command == "POST":
+            self._verb = "create"
+            self._send_json(201, self.api.authorizer.self_subject_access_review(self._user, self._json_body()))
+            return
         route = parse_resource_path(path)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if route.subresource in ("eviction", "binding"):
+        # RBAC (rbac.py): ServiceAccount tokens get what their bindings grant; the admin token everything
+        self.api.authorizer.authorize(self._user, request_attributes(self.command, route, query))
+        if route.subresource == "token" and self.command == "POST":
+            self._verb = "create"
+            self._send_json(201, self.api.authenticator.token_request(route.namespace, route.name, self._json_body()))
+        elif route.subresource in ("eviction", "binding"):
             self._verb = "create"
             self._pod_action(route, query)
         elif route.subresource == "log":
@@ -550,6 +563,8 @@ class ApiServer:
         self.port = port
         self.ca_dir = ca_dir
         self.token = token or tls.new_token()
+        self.authenticator = Authenticator(store, self.token, ca_dir)
+        self.authorizer = Authorizer(store)
         self.bookmark_interval_s = bookmark_interval_s
         self.stopping = False
         self._server: Optional[_TLSServer] = None
