@@ -113,8 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception:
                 raise ApiError(400, "BadRequest", "the body of the request could not be decoded as JSON")
 
-    def _authenticate(self):
-        """The request's User (admin token or a ServiceAccount token, ``authn.py``), None when unknown."""
+    def _authenticate(self):   # the admin token or a ServiceAccount token (authn.py); None: unknown
         self._user = self.api.authenticator.authenticate(self.headers.get("Authorization") or "")
         return self._user
 
@@ -158,8 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
         route = parse_resource_path(path)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        # RBAC (rbac.py): ServiceAccount tokens get what their bindings grant; the admin token everything
-        self.api.authorizer.authorize(self._user, request_attributes(self.command, route, query))
+        self.api.authorizer.authorize(self._user, request_attributes(self.command, route, query))   # RBAC
         if route.subresource == "token" and self.command == "POST":
             self._verb = "create"
             self._send_json(201, self.api.authenticator.token_request(route.namespace, route.name, self._json_body()))
