@@ -141,8 +141,8 @@ def reset(lab, node: str = NODE) -> None:
     kubectl(lab, "patch", "node", node, "--type", "merge", "-p", json.dumps(patch))
     kubectl(lab, "-n", "default", "delete", "pod", "-l", "app=gpuops-smoke", "--ignore-not-found", check=False)
     eventually(lambda: len(running_workload(lab)) == 2, what="the workload running on " + node)
+    lab.gpulab("clear", node, "stale-device-plugin", check=False)   # left by a run that stopped before the restart
     eventually(lambda: allocatable_gpus(lab, node) == 8, what="8 allocatable GPUs on " + node)
-    lab.gpulab("clear", node, "stale-device-plugin", check=False)
     lab.gpulab("fault", node, "stale-device-plugin")
     eventually(lambda: allocatable_gpus(lab, node) == 0, what="the stale ledger on " + node)
 
