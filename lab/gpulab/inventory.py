@@ -8,8 +8,11 @@ from gpulab import sshkeys
 
 # Ansible's default ssh_args with a short ControlPersist: masters of a stopped lab must not linger.
 ANSIBLE_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=30s"
-# A unix socket path is limited to 107 bytes; ssh appends a 40-character hash (%C) to the control dir.
-MAX_CONTROL_DIR_LEN = 60
+# A unix socket path is limited to 107 bytes. ssh's ControlPath is the control dir, "/", the 40-character hash %C,
+# and while the master starts, a ".XXXXXXXXXXXXXXXX" suffix (17 characters) on the socket it binds first: a longer
+# dir makes every scp/ssh of the lab fail with "Connection closed" (seen under pytest-xdist, whose tmp paths are
+# longer), so such labs go without ControlMaster.
+MAX_CONTROL_DIR_LEN = 107 - 1 - 40 - 17
 
 
 def _yaml_scalar(value) -> str:
