@@ -19,14 +19,13 @@ from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from . import discovery, protobuf, tls
+from .access import Access
 from .resources import RESOURCES
 from .tables import table_for
 from .versions import to_served, to_storage
 from .eviction import pod_is_terminal
 from .errors import ApiError
-from .authn import Authenticator
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
-from .rbac import SELF_SUBJECT_ACCESS_REVIEW_PATH, Authorizer, request_attributes
 from .routes import Route, dry_run_requested, int_param, is_true, parse_resource_path, query_value
 from .store import Store
 
@@ -115,10 +114,6 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception:
                 raise ApiError(400, "BadRequest", "the body of the request could not be decoded as JSON")
 
-    def _authenticate(self):   # the admin token or a ServiceAccount token (authn.py); None: unknown
-        self._user = self.api.authenticator.authenticate(self.headers.get("Authorization") or "")
-        return self._user
-
     def _handle(self) -> None:
         started = time.monotonic()
         self._code = 0
@@ -129,7 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            if self._authenticate() is None:
+            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
+            if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
@@ -152,18 +148,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, path: str, query: Dict[str, List[str]]) -> None:
         if self._serve_non_resource(path):
             return
-        if path.rstrip("/") == SELF_SUBJECT_ACCESS_REVIEW_PATH and self.command == "POST":
+        answer = self.api.access.check(self.command, path, query, self._user, self._json_body)   # RBAC; access.py
+        if answer is not None:
             self._verb = "create"
-            self._send_json(201, self.api.authorizer.self_subject_access_review(self._user, self._json_body()))
+            self._send_json(201, answer)
             return
         route = parse_resource_path(path)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        self.api.authorizer.authorize(self._user, request_attributes(self.command, route, query))   # RBAC
-        if route.subresource == "token" and self.command == "POST":
-            self._verb = "create"
-            self._send_json(201, self.api.authenticator.token_request(route.namespace, route.name, self._json_body()))
-        elif route.subresource in ("eviction", "binding"):
+        if route.subresource in ("eviction", "binding"):
             self._verb = "create"
             self._pod_action(route, query)
         elif route.subresource == "log":
@@ -577,8 +570,7 @@ class ApiServer:
         self.port = port
         self.ca_dir = ca_dir
         self.token = token or tls.new_token()
-        self.authenticator = Authenticator(store, self.token, ca_dir)
-        self.authorizer = Authorizer(store)
+        self.access = Access(store, self.token, ca_dir)
         self.bookmark_interval_s = bookmark_interval_s
         self.stopping = False
         self._server: Optional[_TLSServer] = None
