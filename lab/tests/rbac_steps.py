@@ -23,26 +23,34 @@ WORKLOAD = "rbac-workload"
 
 
 def steps(node: str = NODE) -> list:
-    """(step name, module, args) in runbook order."""
+    """(step name, module, args, the resources whose rule it needs) in runbook order."""
     lock = {"name": LOCK, "namespace": "kube-system", "holder": HOLDER}
     return [
-        ("take the rollout lock", "rollout_lock", dict(lock, ttl=600)),
+        ("take the rollout lock", "rollout_lock", dict(lock, ttl=600), {"leases"}),
         ("plan the rollout", "driver_upgrade_plan", {"driver_version": "580.95.05", "cluster_name": "gpulab",
-                                                     "nodes": [node], "wait_for_pods_selector": "app=" + WORKLOAD}),
-        ("open the batch gate", "rollout_batch_gate", {"nodes": [node], "lock_name": LOCK}),
+                                                     "nodes": [node], "wait_for_pods_selector": "app=" + WORKLOAD},
+         {"nodes", "daemonsets", "pods", "poddisruptionbudgets"}),
+        ("open the batch gate", "rollout_batch_gate", {"nodes": [node], "lock_name": LOCK}, {"nodes", "leases"}),
         ("record the node as draining", "node_upgrade_record", {"name": node, "state": "draining",
-                                                                "to_version": "580.95.05"}),
-        ("cordon the node", "node_drain", {"name": node, "state": "cordon", "reason": "rbac test"}),
-        ("drain the node", "node_drain", {"name": node, "timeout": 120, "delete_emptydir_data": True}),
-        ("restart the device plugin", "device_plugin_restart", {"nodes": [node], "timeout": 120}),
-        ("wait for allocatable GPUs", "gpu_allocatable_wait", {"nodes": [node], "count": 8, "timeout": 120}),
+                                                                "to_version": "580.95.05"}, {"nodes"}),
+        ("wait for the node's batch jobs", "pods_completion_wait", {"node": node, "selector": "app=batch-job",
+                                                                    "timeout": 60}, {"pods"}),
+        ("cordon the node", "node_drain", {"name": node, "state": "cordon", "reason": "rbac test"}, {"nodes"}),
+        ("drain the node", "node_drain", {"name": node, "timeout": 120, "delete_emptydir_data": True},
+         {"nodes", "pods", "pods/eviction", "poddisruptionbudgets", "daemonsets"}),
+        ("restart the device plugin", "device_plugin_restart", {"nodes": [node], "timeout": 120},
+         {"nodes", "pods", "daemonsets"}),
+        ("wait for allocatable GPUs", "gpu_allocatable_wait", {"nodes": [node], "count": 8, "timeout": 120},
+         {"nodes"}),
         # the lab's nodes publish extended resources, not DRA slices: the wait is allowed to read the slices
         # and times out finding none
-        ("wait for the DRA slices", "gpu_allocatable_wait", {"nodes": [node], "resource": "dra", "timeout": 3}),
-        ("uncordon the node", "node_drain", {"name": node, "state": "uncordon"}),
-        ("smoke-test the GPUs", "gpu_smoke_test", {"node": node, "timeout": 120}),   # all its GPUs
-        ("renew the rollout lock", "rollout_lock", dict(lock, state="renewed", ttl=600)),
-        ("release the rollout lock", "rollout_lock", dict(lock, state="released")),
+        ("wait for the DRA slices", "gpu_allocatable_wait", {"nodes": [node], "resource": "dra", "timeout": 3},
+         {"resourceslices"}),
+        ("uncordon the node", "node_drain", {"name": node, "state": "uncordon"}, {"nodes"}),
+        ("smoke-test the GPUs", "gpu_smoke_test", {"node": node, "timeout": 120},   # all its GPUs
+         {"nodes", "pods", "pods/log"}),
+        ("renew the rollout lock", "rollout_lock", dict(lock, state="renewed", ttl=600), {"leases"}),
+        ("release the rollout lock", "rollout_lock", dict(lock, state="released"), {"leases"}),
     ]
 
 
@@ -69,7 +77,7 @@ ACCEPTED_FAILURES = {"wait for the DRA slices": "no GPU devices in ResourceSlice
 
 def run_until_failure(lab, kubeconfig: str, node: str = NODE):
     """Runs the steps in order; (None, None) when all pass, else (name of the failed step, its result)."""
-    for name, module, args in available_steps(node):
+    for name, module, args, _ in available_steps(node):
         ok, result = run_step(lab, kubeconfig, module, args)
         if not ok and ACCEPTED_FAILURES.get(name, "\0") not in (result.get("msg") or ""):
             return name, result
