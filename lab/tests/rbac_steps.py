@@ -28,7 +28,7 @@ def steps(node: str = NODE) -> list:
     return [
         ("take the rollout lock", "rollout_lock", dict(lock, ttl=600), {"leases"}),
         ("plan the rollout", "driver_upgrade_plan", {"driver_version": "580.95.05", "cluster_name": "gpulab",
-                                                     "nodes": [node], "wait_for_pods_selector": "app=" + WORKLOAD},
+                                                     "nodes": [node]},
          {"nodes", "daemonsets", "pods", "poddisruptionbudgets"}),
         ("open the batch gate", "rollout_batch_gate", {"nodes": [node], "lock_name": LOCK}, {"nodes", "leases"}),
         ("record the node as draining", "node_upgrade_record", {"name": node, "state": "draining",
