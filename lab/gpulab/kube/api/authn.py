@@ -64,18 +64,22 @@ class Authenticator:
     def __init__(self, store, admin_token: str, key_dir: str):
         self.store = store
         self.admin_token = admin_token
-        self._key = self._signing_key(key_dir)
+        self.key_dir = key_dir
+        self._key_bytes: Optional[bytes] = None
 
-    @staticmethod
-    def _signing_key(key_dir: str) -> bytes:
-        path = os.path.join(key_dir, _KEY_FILE)
-        if not os.path.exists(path):
-            os.makedirs(key_dir, exist_ok=True)
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as stream:
-                stream.write(secrets.token_hex(32))
-        with open(path) as stream:
-            return stream.read().strip().encode()
+    @property
+    def _key(self) -> bytes:
+        """The signing key, made on first use (a server that never sees a ServiceAccount token writes nothing)."""
+        if self._key_bytes is None:
+            path = os.path.join(self.key_dir, _KEY_FILE)
+            if not os.path.exists(path):
+                os.makedirs(self.key_dir, exist_ok=True)
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "w") as stream:
+                    stream.write(secrets.token_hex(32))
+            with open(path) as stream:
+                self._key_bytes = stream.read().strip().encode()
+        return self._key_bytes
 
     def authenticate(self, header: str) -> Optional[User]:
         if not header.startswith("Bearer "):
