@@ -24,6 +24,7 @@ _SUBRESOURCE_SHAPES = {
     "binding": ("", "v1", "Binding", ["create"]),
     "scale": ("autoscaling", "v1", "Scale", ["get", "patch", "update"]),
     "finalize": (None, None, None, ["update"]),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest", ["create"]),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from . import discovery, protobuf, tls
+from .access import Access
 from .resources import RESOURCES
 from .tables import table_for
 from .versions import to_served, to_storage
@@ -113,20 +114,18 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception:
                 raise ApiError(400, "BadRequest", "the body of the request could not be decoded as JSON")
 
-    def _authorized(self) -> bool:
-        header = self.headers.get("Authorization") or ""
-        return header == "Bearer " + self.api.token
-
     def _handle(self) -> None:
         started = time.monotonic()
         self._code = 0
         self._verb = None
         self._body = None
+        self._user = None
         split = urlsplit(self.path)
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            if not self._authorized():
+            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
+            if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
@@ -139,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
             recorder = self.api.store.recorder
             if recorder is not None:
                 recorder.record_request(self.command, split.path, split.query, self._code,
-                                        "admin" if self._authorized() else None, self.headers.get("User-Agent"),
+                                        self._user.name if self._user else None, self.headers.get("User-Agent"),
                                         (time.monotonic() - started) * 1000.0, self._verb)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
@@ -148,6 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, path: str, query: Dict[str, List[str]]) -> None:
         if self._serve_non_resource(path):
+            return
+        answer = self.api.access.check(self.command, path, query, self._user, self._json_body)   # RBAC; access.py
+        if answer is not None:
+            self._verb = "create"
+            self._send_json(201, answer)
             return
         route = parse_resource_path(path)
         if route is None:
@@ -566,6 +570,7 @@ class ApiServer:
         self.port = port
         self.ca_dir = ca_dir
         self.token = token or tls.new_token()
+        self.access = Access(store, self.token, ca_dir)
         self.bookmark_interval_s = bookmark_interval_s
         self.stopping = False
         self._server: Optional[_TLSServer] = None
