@@ -192,6 +192,7 @@ class Lab:
         self.power_threads = {}
         self.stopping = threading.Event()
         self.server = None
+        self.runfile_mirror = None
         self._log_lock = threading.Lock()
         self._fake_paths = None
 
@@ -237,8 +238,9 @@ class Lab:
             node.create(bool(self.settings.get("secure_boot")))
             self.nodes.append(node)
             self.by_name[node.name] = node
-        paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"])
         self.write_runfiles()
+        paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"],
+                                             self.start_runfile_mirror())
         with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
             results = list(pool.map(lambda node: node.boot(), self.nodes))
         failed = [node.name for node, ok in zip(self.nodes, results) if not ok]
@@ -257,6 +259,14 @@ class Lab:
         written = [write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, cache_dir=self.cache_dir)
                    for version in versions]
         self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
+
+    def start_runfile_mirror(self) -> dict:
+        """The loopback HTTP mirror of DIR/runfiles (with SHA256SUMS); returns the inventory variables that point
+        the driver role at it."""
+        mirror_class = nvidia_function(self.nvidia_backend, "mirror.RunfileMirror")
+        self.runfile_mirror = mirror_class(os.path.join(self.state_dir, "runfiles")).start()
+        self.save_info(runfile_mirror=self.runfile_mirror.url)
+        return self.runfile_mirror.inventory_vars()
 
     def build_apt_repo(self, versions: list):
         """The package-method repository (``deb [trusted=yes] file:/opt/gpulab/cache/apt ./`` in a node), when the
@@ -279,7 +289,8 @@ class Lab:
             self.save_info(kube=None)
             return
         views = [NodeView(node) for node in self.nodes]
-        self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0))
+        self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0),
+                                     dra=bool(self.settings.get("dra")))
         self.cluster.start()
         url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
         self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})
@@ -444,6 +455,8 @@ class Lab:
                 self.cluster.stop()
             except Exception:
                 self.log("kube twin stop failed:\n" + traceback.format_exc())
+        if self.runfile_mirror is not None:
+            self.runfile_mirror.stop()
         kill_ssh_clients_of_running_nodes(self.state_dir)
         for node in self.nodes:
             node.shutdown(reason="lab down")

@@ -8,8 +8,11 @@ from gpulab import sshkeys
 
 # Ansible's default ssh_args with a short ControlPersist: masters of a stopped lab must not linger.
 ANSIBLE_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=30s"
-# A unix socket path is limited to 107 bytes; ssh appends a 40-character hash (%C) to the control dir.
-MAX_CONTROL_DIR_LEN = 60
+# A unix socket path is limited to 107 bytes. ssh's ControlPath is the control dir, "/", the 40-character hash %C,
+# and while the master starts, a ".XXXXXXXXXXXXXXXX" suffix (17 characters) on the socket it binds first: a longer
+# dir makes every scp/ssh of the lab fail with "Connection closed" (seen under pytest-xdist, whose tmp paths are
+# longer), so such labs go without ControlMaster.
+MAX_CONTROL_DIR_LEN = 107 - 1 - 40 - 17
 
 
 def _yaml_scalar(value) -> str:
@@ -21,7 +24,7 @@ def _yaml_scalar(value) -> str:
     return json.dumps(str(value))
 
 
-def inventory_text(state_dir: str, cluster_name: str, nodes: list) -> str:
+def inventory_text(state_dir: str, cluster_name: str, nodes: list, extra_vars: dict | None = None) -> str:
     keys_dir = os.path.join(state_dir, "keys")
     host_vars = {
         "ansible_user": "root",
@@ -34,8 +37,9 @@ def inventory_text(state_dir: str, cluster_name: str, nodes: list) -> str:
     lines = ["# Written by `gpulab up` for the fleet twin in %s; removed by `gpulab down`." % state_dir,
              "all:", "  vars:",
              "    gpuops_cluster_name: %s" % _yaml_scalar(cluster_name),
-             "    gpuops_kubeconfig: %s" % _yaml_scalar(os.path.join(state_dir, "kubeconfig")),
-             "  children:", "    gpu_nodes:", "      hosts:"]
+             "    gpuops_kubeconfig: %s" % _yaml_scalar(os.path.join(state_dir, "kubeconfig"))]
+    lines += ["    %s: %s" % (key, _yaml_scalar(value)) for key, value in sorted((extra_vars or {}).items())]
+    lines += ["  children:", "    gpu_nodes:", "      hosts:"]
     for node in nodes:
         lines.append("        %s:" % node["name"])
         lines.append("          ansible_host: %s" % _yaml_scalar(node["ip"]))
@@ -70,14 +74,15 @@ def ssh_config_text(state_dir: str, nodes: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_access_files(state_dir: str, cluster_name: str, nodes: list) -> dict:
-    """Write inventory.yml, ssh_config and keys/known_hosts; returns their paths."""
+def write_access_files(state_dir: str, cluster_name: str, nodes: list, extra_vars: dict | None = None) -> dict:
+    """Write inventory.yml (with `extra_vars` for all hosts), ssh_config and keys/known_hosts; returns their
+    paths."""
     os.makedirs(os.path.join(state_dir, "cm"), mode=0o700, exist_ok=True)
     sshkeys.write_known_hosts(os.path.join(state_dir, "keys"), nodes)
     paths = {"inventory": os.path.join(state_dir, "inventory.yml"),
              "ssh_config": os.path.join(state_dir, "ssh_config")}
     with open(paths["inventory"], "w") as stream:
-        stream.write(inventory_text(state_dir, cluster_name, nodes))
+        stream.write(inventory_text(state_dir, cluster_name, nodes, extra_vars))
     with open(paths["ssh_config"], "w") as stream:
         stream.write(ssh_config_text(state_dir, nodes))
     return paths

@@ -25,6 +25,8 @@ from gpulab.nvidia.profiles import CLI_PROFILES
 from gpulab.osutil import LAB_DIR, mounts_under, pid_namespace, pids_in_namespace, port_accepts, read_json, \
     wait_namespace_empty, write_json
 
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 DISK_SIZE = "4g"
 BOOT_TIMEOUT_S = 60
 SSH_WAIT_S = 10
@@ -277,14 +279,33 @@ class Node:
         """(rc, stdout, stderr) of a command inside the node (its namespaces and root), as root."""
         if not self.holder_pid:
             return (255, "", "node %s is not running" % self.name)
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-               "LANG": "C.UTF-8"}
+        env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
         try:
             done = subprocess.run(["nsenter", "-t", str(self.holder_pid), "-m", "-u", "-p", "-r", "-w", "--"]
                                   + list(argv), capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired as error:
             return (124, error.stdout or "", "timed out after %ss" % timeout)
         return (done.returncode, done.stdout, done.stderr)
+
+    def start_process(self, argv: list, env=None):
+        """A pod container's process inside the node (its namespaces and root), as root, in a new session
+        (so its whole process group can be signalled); stdout and stderr on one pipe. None when the node is
+        not running or has no such program."""
+        if not self.holder_pid or not argv or self._program_path(argv[0]) is None:
+            return None
+        environment = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
+        environment.update(env or {})
+        return subprocess.Popen(["nsenter", "-t", str(self.holder_pid), "-m", "-u", "-p", "-r", "-w", "--"]
+                                + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=environment, start_new_session=True)
+
+    def _program_path(self, program: str):
+        candidates = [program] if "/" in program else [d + "/" + program for d in NODE_PATH.split(":")]
+        for candidate in candidates:
+            path = self.root_path(candidate)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                return candidate
+        return None
 
     def root_path(self, path: str) -> str:
         """A path inside the running node, seen from the host (through its PID 1's root)."""
@@ -415,6 +436,9 @@ class NodeView:
 
     def run(self, argv: list, timeout: float = 30) -> tuple:
         return self._node.run(argv, timeout)
+
+    def start_process(self, argv: list, env=None):
+        return self._node.start_process(argv, env)
 
     def subscribe(self, callback) -> None:
         name = self.name

@@ -59,7 +59,7 @@ def test_sixteen_nodes_with_extra_runfiles_come_up_answer_ansible_and_go_away_on
     request.addfinalizer(lambda: stop_lab(lab))
     up_s = time.monotonic() - started
     runfiles = sorted(os.listdir(os.path.join(lab.state_dir, "runfiles")))
-    assert runfiles == ["NVIDIA-Linux-x86_64-550.54.15.run", "NVIDIA-Linux-x86_64-615.71.09.run"]
+    assert runfiles == ["NVIDIA-Linux-x86_64-550.54.15.run", "NVIDIA-Linux-x86_64-615.71.09.run", "SHA256SUMS"]
     status = json.loads(lab.gpulab("status", "--json").stdout)
     assert [node["status"] for node in status["nodes"]] == ["up"] * 16
     assert all(node["ssh"] for node in status["nodes"])

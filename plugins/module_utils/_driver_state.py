@@ -20,6 +20,8 @@ NVIDIA_PCI_VENDOR_ID = "0x10de"
 GPU_PCI_CLASS_PREFIX = "0x03"
 NVSWITCH_PCI_CLASS_PREFIX = "0x0680"
 
+# Where distributions and the runfile put libnvidia-ml.so.1 (a link to libnvidia-ml.so.<driver version>).
+NVML_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 COMPANION_MODULES = ("nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia_peermem", "nvidia_vgpu_vfio")
 
 _PROC_VERSION_RE = re.compile(

@@ -194,6 +194,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._diagnosis import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import (
     COMPANION_MODULES,
+    NVML_LIBRARY_DIRS,
     build_kernel_module,
     companion_modules,
     device_node_sort_key,
@@ -226,8 +227,6 @@ PROC_MODULES = "/proc/modules"
 PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 DEV_DIR = "/dev"
 LIB_MODULES = "/lib/modules"
-# Where distributions and the runfile put libnvidia-ml.so.1 (a link to libnvidia-ml.so.<driver version>).
-NVML_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout(1) when the command ran too long

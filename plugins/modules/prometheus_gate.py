@@ -259,15 +259,10 @@ alerts_firing:
             active_at: "2026-12-03T03:08:20.113643416Z", value: "7.9e+01"}]
 """
 
-import socket
 import time
-from urllib.error import HTTPError, URLError
-from urllib.parse import urlencode
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native, to_text
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import (
     AGGREGATES,
     OPERATORS,
@@ -276,55 +271,13 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import (
     failed_query,
     matching_firing_alerts,
     parse_alerts_data,
-    parse_api_answer,
     parse_matcher,
     parse_query_data,
     seconds_until_next_evaluation,
     validate_query_specs,
     verdict,
 )
-
-
-class PrometheusClient:
-    """GET/POST on the API with the module's TLS, token and timeout options; answers are read by parse_api_answer
-    into ``(data, warnings)``."""
-
-    def __init__(self, module):
-        params = module.params
-        self.base_url = params["url"].rstrip("/")
-        self.headers = {"Accept": "application/json"}
-        if params["bearer_token"]:
-            self.headers["Authorization"] = "Bearer %s" % params["bearer_token"]
-        self.validate_certs = params["validate_certs"]
-        self.ca_path = params["ca_path"]
-        self.timeout = params["timeout"]
-
-    def call(self, path, form=None):
-        """``(data, warnings)`` of the answer to ``path`` (POST with ``form`` when given); PrometheusAnswerError
-        otherwise."""
-        headers = dict(self.headers)
-        body = None
-        if form is not None:
-            body = urlencode(form)
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-        try:
-            answer = open_url(self.base_url + path, data=body, headers=headers, method="POST" if body else "GET",
-                              validate_certs=self.validate_certs, ca_path=self.ca_path, timeout=self.timeout)
-            status, text = answer.getcode(), answer.read()
-        except HTTPError as error:
-            status, text = error.code, read_error_body(error)
-        except (URLError, UrlConnectionError, socket.timeout, OSError) as error:
-            # URLError: refused, DNS, TLS handshake; UrlConnectionError: certificate validation, proxy
-            reason = getattr(error, "reason", None) or error
-            raise PrometheusAnswerError("cannot reach Prometheus at %s: %s" % (self.base_url, to_native(reason)))
-        return parse_api_answer(status, to_text(text, errors="surrogate_or_replace"))
-
-
-def read_error_body(error):
-    try:
-        return error.read()
-    except (IOError, OSError, AttributeError):
-        return b""
+from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus_http import PrometheusClient
 
 
 def run_query(client, spec):
@@ -409,7 +362,7 @@ def main():
         supports_check_mode=True,
     )
     specs, alert_filter = validated_options(module)
-    client = PrometheusClient(module)
+    client = PrometheusClient(module.params)
     duration = 0 if module.check_mode else module.params["duration"]
 
     started = time.monotonic()

@@ -6,6 +6,9 @@ test needs to act like the node twin: power off/on, reboot into another driver, 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import threading
 import uuid
 
@@ -33,8 +36,9 @@ class FakeNodeView:
     """A node twin as the Kubernetes twin sees it. Thread-safe; callbacks run synchronously."""
 
     def __init__(self, name: str, gpus=None, driver_version="550.54.15", mig_capable=True,
-                 kernel_release="6.1.0-18-amd64"):
+                 kernel_release="6.1.0-18-amd64", host_processes=False):
         self.name = name
+        self.host_processes = host_processes
         self.kernel_release = kernel_release
         self._lock = threading.Lock()
         self._up = True
@@ -70,6 +74,16 @@ class FakeNodeView:
     def pci_gpu_count(self) -> int:
         """GPUs on the PCI bus whether or not a driver binds them (what NFD's pci-10de label sees)."""
         return len(self._hardware_gpus)
+
+    def start_process(self, argv, env=None):
+        """With `host_processes`, a container's command runs as a host process (this fake node's namespaces
+        are the host's), as the node twin runs it in its own; else None (the node runs no processes)."""
+        if not self.host_processes or not self.is_up() or not argv or shutil.which(argv[0]) is None:
+            return None
+        environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        environment.update(env or {})
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=environment, start_new_session=True, cwd="/")
 
     def run(self, argv, timeout: float = 30):
         self.commands_run.append(list(argv))

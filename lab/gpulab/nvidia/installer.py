@@ -89,6 +89,7 @@ class Options:
         self.kernel_source_path = None
         self.uninstall = False
         self.disable_nouveau = False
+        self.no_nouveau_check = False
         self.root = "/"
         self.kmod_cache = None   # module cache dir; None: $GPULAB_KMOD_CACHE or KMOD_CACHE_DIRS
 
@@ -99,15 +100,20 @@ class Options:
 def parse_args(argv: list, version: str) -> Options:
     opts = Options(version)
     args = list(argv)
-    ignored = {"--accept-license", "--no-questions", "--ui=none", "-q", "--no-x-check", "--no-nouveau-check",
+    # accepted and without effect in the twin (nothing here test-loads modules or builds an initramfs)
+    ignored = {"--accept-license", "--no-questions", "--ui=none", "-q", "--no-x-check",
                "--no-install-compat32-libs", "--install-libglvnd", "--no-cc-version-check",
-               "--no-systemd", "--run-nvidia-xconfig", "--no-rebuild-initramfs", "-a", "-Z", "--no-wine-files"}
+               "--no-systemd", "--run-nvidia-xconfig", "--no-rebuild-initramfs", "--rebuild-initramfs", "-a", "-Z",
+               "--no-wine-files", "--skip-module-load", "--skip-module-unload",
+               "--allow-installation-with-running-driver", "--no-disable-nouveau"}
+    ignored_with_value = {"--module-signing-hash", "--module-signing-x509-hash", "--module-signing-script",
+                          "--module-signing-key-path", "--log-file-name", "--tmpdir", "-j", "--concurrency-level"}
     while args:
         arg = args.pop(0)
         name, has_value, value = arg.partition("=")
-        if name in ("-m", "--kernel-module-build-directory", "--kernel-module-type", "--kernel-name", "-k",
+        if name in ("-m", "--kernel-module-build-directory", "--kernel-module-type", "-M", "--kernel-name", "-k",
                     "--kernel-source-path", "--module-signing-secret-key", "--module-signing-public-key",
-                    "--root") and not has_value:
+                    "--root") + tuple(ignored_with_value) and not has_value:
             if not args:
                 raise InstallerError("Option '%s' requires an argument." % name)
             value = args.pop(0)
@@ -115,9 +121,11 @@ def parse_args(argv: list, version: str) -> Options:
             opts.silent = True
         elif name == "--dkms":
             opts.dkms = True
+        elif name == "--no-dkms":
+            opts.dkms = False
         elif name == "--no-drm":
             opts.no_drm = True
-        elif name == "--kernel-module-type":
+        elif name in ("-M", "--kernel-module-type"):
             if value not in LICENSE_BY_FLAVOR:
                 raise InstallerError("Invalid kernel module type '%s'; valid types are 'open' and 'proprietary'."
                                      % value)
@@ -130,7 +138,7 @@ def parse_args(argv: list, version: str) -> Options:
             opts.public_key = value
         elif name in ("--no-kernel-modules", "--no-kernel-module"):
             opts.kernel_modules = False
-        elif name == "--kernel-module-only":
+        elif name in ("-K", "--kernel-module-only"):
             opts.userspace = False
         elif name in ("-k", "--kernel-name"):
             opts.kernel_name = value
@@ -140,9 +148,11 @@ def parse_args(argv: list, version: str) -> Options:
             opts.uninstall = True
         elif name == "--disable-nouveau":
             opts.disable_nouveau = True
+        elif name in ("-z", "--no-nouveau-check"):
+            opts.no_nouveau_check = True
         elif name == "--root":
             opts.root = value
-        elif arg in ignored or name in ignored:
+        elif arg in ignored or name in ignored or name in ignored_with_value:
             continue
         else:
             raise InstallerError("Unrecognized option: '%s'" % arg)
@@ -365,7 +375,7 @@ def replace_previous(root: str, opts: Options, previous: dict, log) -> list:
 def install(opts: Options, program_path: str | None, log) -> dict:
     """Install the driver per `opts` into `opts.root`; returns the manifest written."""
     root = opts.root
-    if nouveau_in_use(root):
+    if nouveau_in_use(root) and not opts.no_nouveau_check:
         if opts.disable_nouveau:
             write_nouveau_blacklist(Installation(root, opts, log))
             raise InstallerError(NOUVEAU_TEXT + "  One or more modprobe configuration files to disable Nouveau have "

@@ -54,9 +54,17 @@ def apply_defaults(resource: str, obj: dict) -> None:
         _default_template(obj)
         obj.setdefault("status", {})
     elif resource in ("replicasets", "statefulsets"):
-        obj.setdefault("spec", {}).setdefault("replicas", 1)
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+        if resource == "statefulsets":
+            spec.setdefault("podManagementPolicy", "OrderedReady")
+            spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+            spec.setdefault("revisionHistoryLimit", 10)
+            spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
         _default_template(obj)
         obj.setdefault("status", {"replicas": 0})
+    elif resource == "jobs":
+        _default_job(obj)
     elif resource == "daemonsets":
         spec = obj.setdefault("spec", {})
         _default_rolling_update(spec.setdefault("updateStrategy", {}), {"maxUnavailable": 1, "maxSurge": 0})
@@ -68,6 +76,27 @@ def apply_defaults(resource: str, obj: dict) -> None:
         obj.setdefault("spec", {})
         obj.setdefault("status", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
                                   "expectedPods": 0})
+
+
+def _default_job(obj: dict) -> None:
+    """batch/v1 Job defaults; without `manualSelector` the selector and template labels carry the job's uid."""
+    spec = obj.setdefault("spec", {})
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1          # a work queue (parallelism without completions) keeps completions unset
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    metadata = obj["metadata"]
+    if not spec.get("manualSelector") and metadata.get("uid"):
+        labels = {"batch.kubernetes.io/controller-uid": metadata["uid"], "controller-uid": metadata["uid"],
+                  "batch.kubernetes.io/job-name": metadata["name"], "job-name": metadata["name"]}
+        spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": metadata["uid"]}})
+        template = spec.setdefault("template", {})
+        template.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
+    _default_template(obj)
+    obj.setdefault("status", {})
 
 
 _QOS_RESOURCES = ("cpu", "memory")

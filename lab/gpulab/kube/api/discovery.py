@@ -10,10 +10,10 @@ import hashlib
 import json
 from typing import Dict, List, Optional, Tuple
 
-from .resources import RESOURCES
+from .versions import PREFERRED_VERSIONS, served_infos
 
-SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gpulab", "gitCommit": "gpulab",
-                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0",
+SERVER_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.2-gpulab", "gitCommit": "gpulab",
+                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.9",
                   "compiler": "gc", "platform": "linux/amd64"}
 
 _SUBRESOURCE_SHAPES = {
@@ -24,20 +24,17 @@ _SUBRESOURCE_SHAPES = {
     "binding": ("", "v1", "Binding", ["create"]),
     "scale": ("autoscaling", "v1", "Scale", ["get", "patch", "update"]),
     "finalize": (None, None, None, ["update"]),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest", ["create"]),
 }
 
 
 _CATEGORY_ALL = ("pods", "deployments", "daemonsets", "replicasets", "statefulsets", "services", "jobs")
 
 
-def _served(resources: Optional[Dict[str, dict]]) -> Dict[str, dict]:
-    return RESOURCES if resources is None else resources
-
-
 def group_versions(resources: Optional[Dict[str, dict]] = None) -> List[Tuple[str, str]]:
     """Every (group, version) served, core first."""
     seen: List[Tuple[str, str]] = []
-    for info in _served(resources).values():
+    for _, info in served_infos(resources):
         pair = (info["group"], info["version"])
         if pair not in seen:
             seen.append(pair)
@@ -50,12 +47,16 @@ def core_versions(server_address: str) -> dict:
 
 
 def group_list(resources: Optional[Dict[str, dict]] = None) -> dict:
-    groups = []
+    versions: Dict[str, List[str]] = {}
     for group, version in group_versions(resources):
-        if not group:
-            continue
-        group_version = {"groupVersion": "%s/%s" % (group, version), "version": version}
-        groups.append({"name": group, "versions": [group_version], "preferredVersion": group_version})
+        if group:
+            versions.setdefault(group, []).append(version)
+    groups = []
+    for group, served in versions.items():
+        preferred = PREFERRED_VERSIONS.get(group, served[0])
+        entries = [{"groupVersion": "%s/%s" % (group, version), "version": version}
+                   for version in [preferred] + [one for one in served if one != preferred]]
+        groups.append({"name": group, "versions": entries, "preferredVersion": entries[0]})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
@@ -78,7 +79,7 @@ def _subresource_entry(info: dict, subresource: str) -> dict:
 def resource_list(group: str, version: str, served: Optional[Dict[str, dict]] = None) -> Optional[dict]:
     """The APIResourceList of one group version, or None when it is not served."""
     resources = []
-    for info in _served(served).values():
+    for _, info in served_infos(resources):
         if (info["group"], info["version"]) != (group, version):
             continue
         entry = {"name": info["plural"], "singularName": info["singular"], "namespaced": info["namespaced"],
@@ -165,7 +166,7 @@ def _hash(document: dict) -> str:
 def openapi_v3_group(group: str, version: str, resources: Optional[Dict[str, dict]] = None) -> Optional[dict]:
     schemas: Dict[str, dict] = {"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": _OBJECT_META}
     paths: Dict[str, dict] = {}
-    for info in _served(resources).values():
+    for _, info in served_infos(resources):
         if (info["group"], info["version"]) != (group, version):
             continue
         schemas[_openapi_definition_name(info)] = _object_schema(info, "#/components/schemas/")
@@ -179,7 +180,7 @@ def openapi_v3_group(group: str, version: str, resources: Optional[Dict[str, dic
 def openapi_v2(resources: Optional[Dict[str, dict]] = None) -> dict:
     definitions: Dict[str, dict] = {"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": _OBJECT_META}
     paths: Dict[str, dict] = {}
-    for info in _served(resources).values():
+    for _, info in served_infos(resources):
         definitions[_openapi_definition_name(info)] = _object_schema(info, "#/definitions/")
         operation = _patch_operation(info)
         operation["parameters"] = [{"name": parameter["name"], "in": "query", "type": "string", "uniqueItems": True}

@@ -41,7 +41,8 @@ _GROUP_PACKAGES = {"": "core", "apps": "apps", "policy": "policy", "batch": "bat
                    "coordination", "events.k8s.io": "events", "rbac.authorization.k8s.io": "rbac",
                    "node.k8s.io": "node", "resource.k8s.io": "resource", "autoscaling": "autoscaling",
                    "networking.k8s.io": "networking", "scheduling.k8s.io": "scheduling",
-                   "storage.k8s.io": "storage", "discovery.k8s.io": "discovery"}
+                   "storage.k8s.io": "storage", "discovery.k8s.io": "discovery",
+                   "authentication.k8s.io": "authentication", "authorization.k8s.io": "authorization"}
 
 
 class ProtobufError(ValueError):

@@ -20,7 +20,7 @@ RESOURCES: Dict[str, dict] = {
     "pods": _resource("", "v1", "Pod", True, ["po"], ["status", "eviction", "log", "binding"]),
     "configmaps": _resource("", "v1", "ConfigMap", True, ["cm"]),
     "secrets": _resource("", "v1", "Secret", True),
-    "serviceaccounts": _resource("", "v1", "ServiceAccount", True, ["sa"]),
+    "serviceaccounts": _resource("", "v1", "ServiceAccount", True, ["sa"], ["token"]),
     "services": _resource("", "v1", "Service", True, ["svc"], ["status"]),
     "events": _resource("", "v1", "Event", True, ["ev"]),
     "events.events.k8s.io": _resource("events.k8s.io", "v1", "Event", True, ["ev"]),

@@ -7,15 +7,22 @@ from urllib.parse import unquote
 
 from .errors import ApiError
 from .resources import RESOURCE_KEYS, RESOURCES
+from .versions import EXTRA_VERSIONS, served_info
+
+# (group, version, plural) -> storage key for the versions served besides the storage one (RESOURCE_KEYS has those)
+_EXTRA_VERSION_KEYS: Dict[Tuple[str, str, str], str] = {
+    (RESOURCES[key]["group"], version, RESOURCES[key]["plural"]): key
+    for key, versions in EXTRA_VERSIONS.items() for version in versions}
 
 
 class Route:
     """What a request path names."""
 
     def __init__(self, resource: str, namespace: Optional[str], name: Optional[str], subresource: Optional[str],
-                 watch_path: bool):
+                 watch_path: bool, version: Optional[str] = None):
         self.resource = resource
-        self.info = RESOURCES[resource]
+        self.info = served_info(resource, version or RESOURCES[resource]["version"])
+        self.version = self.info["version"]          # the version the client speaks (may differ from storage)
         self.namespace = namespace
         self.name = name
         self.subresource = subresource
@@ -40,7 +47,7 @@ def parse_resource_path(path: str) -> Optional[Route]:
     # /namespaces/<ns>/<resource>... scopes a resource; /namespaces/<ns>/status|finalize are the Namespace's own
     if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
         namespace, rest = rest[1], rest[2:]
-    key = RESOURCE_KEYS.get((group, version, rest[0]))
+    key = RESOURCE_KEYS.get((group, version, rest[0])) or _EXTRA_VERSION_KEYS.get((group, version, rest[0]))
     if key is None or len(rest) > 3:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     if namespace is not None and not RESOURCES[key]["namespaced"]:
@@ -49,7 +56,7 @@ def parse_resource_path(path: str) -> Optional[Route]:
     subresource = rest[2] if len(rest) > 2 else None
     if subresource and subresource not in RESOURCES[key]["subresources"]:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    return Route(key, namespace, name, subresource, watch_path)
+    return Route(key, namespace, name, subresource, watch_path, version)
 
 
 def query_value(query: Dict[str, List[str]], name: str, default: Optional[str] = None) -> Optional[str]:

@@ -19,7 +19,10 @@ from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from . import discovery, protobuf, tls
+from .access import Access
+from .resources import RESOURCES
 from .tables import table_for
+from .versions import to_served, to_storage
 from .eviction import pod_is_terminal
 from .errors import ApiError
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
@@ -111,20 +114,18 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception:
                 raise ApiError(400, "BadRequest", "the body of the request could not be decoded as JSON")
 
-    def _authorized(self) -> bool:
-        header = self.headers.get("Authorization") or ""
-        return header == "Bearer " + self.api.token
-
     def _handle(self) -> None:
         started = time.monotonic()
         self._code = 0
         self._verb = None
         self._body = None
+        self._user = None
         split = urlsplit(self.path)
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            if not self._authorized():
+            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
+            if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
@@ -137,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
             recorder = self.api.store.recorder
             if recorder is not None:
                 recorder.record_request(self.command, split.path, split.query, self._code,
-                                        "admin" if self._authorized() else None, self.headers.get("User-Agent"),
+                                        self._user.name if self._user else None, self.headers.get("User-Agent"),
                                         (time.monotonic() - started) * 1000.0, self._verb)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
@@ -146,6 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, path: str, query: Dict[str, List[str]]) -> None:
         if self._serve_non_resource(path):
+            return
+        answer = self.api.access.check(self.command, path, query, self._user, self._json_body)   # RBAC; access.py
+        if answer is not None:
+            self._verb = "create"
+            self._send_json(201, answer)
             return
         route = parse_resource_path(path)
         if route is None:
@@ -223,9 +229,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._list(route, query)
         elif self.command == "POST":
             self._verb = "create"
-            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=dry_run_requested(query),
+            created = store.create(route.resource, to_storage(route.resource, self._json_body(), route.version),
+                                   route.namespace, dry_run=dry_run_requested(query),
                                    field_validation=query_value(query, "fieldValidation"))
-            self._send_json(201, created)
+            self._send_json(201, self._served(route, created))
         elif self.command == "DELETE":
             self._verb = "deletecollection"
             options = self._json_body()
@@ -239,7 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
                 deleted.append(store.delete(route.resource, metadata["name"], metadata.get("namespace"),
                                             grace_period_seconds=grace_period_seconds, dry_run=dry_run))
             self._send_json(200, {"kind": route.info["listKind"], "apiVersion": route.info["apiVersion"],
-                                  "metadata": {"resourceVersion": store.resource_version}, "items": deleted})
+                                  "metadata": {"resourceVersion": store.resource_version},
+                                  "items": [self._served(route, item) for item in deleted]})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
@@ -254,6 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
             table["metadata"] = _list_metadata(list_rv, token, remaining)
             self._send_json(200, table)
             return
+        if route.version != RESOURCES[route.resource]["version"]:
+            raw_items = [json.dumps(self._served(route, json.loads(raw)), separators=(",", ":")).encode()
+                         for raw in raw_items]
         metadata = json.dumps(_list_metadata(list_rv, token, remaining), separators=(",", ":")).encode()
         body = b"".join([b'{"kind":', json.dumps(route.info["listKind"]).encode(), b',"apiVersion":',
                          json.dumps(route.info["apiVersion"]).encode(), b',"metadata":', metadata,
@@ -306,13 +317,16 @@ class _Handler(BaseHTTPRequestHandler):
                         if initial_pending:
                             bookmark[1]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
                             initial_pending = False
-                        self._write_event_bytes(json.dumps({"type": "BOOKMARK", "object": bookmark[1]}).encode())
+                        self._write_event_bytes(json.dumps({"type": "BOOKMARK",
+                                                            "object": self._served(route, bookmark[1])}).encode())
                         last_bookmark = time.monotonic()
                 continue
             event_type, raw = event
             if as_table:
                 row_table = table_for(route.resource, [json.loads(raw)], include_object=self._include_object)
                 payload = json.dumps(row_table, separators=(",", ":")).encode()
+            elif route.version != RESOURCES[route.resource]["version"]:
+                payload = json.dumps(self._served(route, json.loads(raw)), separators=(",", ":")).encode()
             else:
                 payload = raw
             self._write_event_bytes(b'{"type":"' + event_type.encode() + b'","object":' + payload + b"}")
@@ -359,16 +373,17 @@ class _Handler(BaseHTTPRequestHandler):
                 include_object = query_value(query, "includeObject", "PartialObjectMetadata")
                 self._send_json(200, table_for(route.resource, [obj], include_object))
             else:
-                self._send_json(200, obj)
+                self._send_json(200, self._served(route, obj))
         elif self.command == "PUT":
             self._verb = "update"
-            body = self._json_body()
+            body = to_storage(route.resource, self._json_body(), route.version)
             if (body.get("metadata") or {}).get("name") not in (None, route.name):
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL"
                                " (%s)" % (body["metadata"]["name"], route.name))
             body.setdefault("metadata", {})["name"] = route.name
-            self._send_json(200, store.update(route.resource, body, route.namespace, route.subresource,
-                                              dry_run=dry_run, field_validation=query_value(query, "fieldValidation")))
+            self._send_json(200, self._served(route, store.update(
+                route.resource, body, route.namespace, route.subresource, dry_run=dry_run,
+                field_validation=query_value(query, "fieldValidation"))))
         elif self.command == "PATCH":
             self._verb = "patch"
             content_type = self._content_type()
@@ -377,7 +392,8 @@ class _Handler(BaseHTTPRequestHandler):
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
                                  route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")),
                                  field_validation=query_value(query, "fieldValidation"))
-            self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200, result)
+            self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200,
+                            self._served(route, result))
         elif self.command == "DELETE":
             self._verb = "delete"
             options = self._json_body()
@@ -386,9 +402,14 @@ class _Handler(BaseHTTPRequestHandler):
                                    grace_period_seconds=self._grace(query, options),
                                    preconditions=options.get("preconditions"), propagation_policy=propagation,
                                    dry_run=dry_run_requested(query, options))
-            self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, deleted)
+            self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, self._served(route, deleted))
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    @staticmethod
+    def _served(route: Route, obj: dict) -> dict:
+        """A stored object in the version the request speaks (see versions.py)."""
+        return to_served(route.resource, obj, route.version)
 
     def _exists(self, route: Route) -> bool:
         try:
@@ -553,6 +574,7 @@ class ApiServer:
         self.port = port
         self.ca_dir = ca_dir
         self.token = token or tls.new_token()
+        self.access = Access(store, self.token, ca_dir)
         self.bookmark_interval_s = bookmark_interval_s
         self.stopping = False
         self._server: Optional[_TLSServer] = None

@@ -263,3 +263,44 @@ def table_for(resource: str, objects: List[dict], include_object: Optional[str] 
         rows.append(row)
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "columnDefinitions": columns,
             "rows": rows}
+
+
+def _statefulset_row(obj: dict) -> list:
+    containers, images = _containers_and_images(obj)
+    return [obj["metadata"]["name"], "%d/%d" % ((obj.get("status") or {}).get("readyReplicas", 0),
+                                                (obj.get("spec") or {}).get("replicas", 0)),
+            _age(obj["metadata"].get("creationTimestamp")), containers, images]
+
+
+def _job_status(status: dict) -> str:
+    """kube's printJob STATUS: the finished condition, else Suspended, else Running."""
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    for kind, text in (("Complete", "Complete"), ("Failed", "Failed"), ("FailureTarget", "FailureTarget"),
+                       ("SuccessCriteriaMet", "SuccessCriteriaMet"), ("Suspended", "Suspended")):
+        if conditions.get(kind) == "True":
+            return text
+    return "Running"
+
+
+def _job_row(obj: dict) -> list:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if spec.get("completions") is not None:
+        completions = "%d/%d" % (status.get("succeeded", 0), spec["completions"])
+    else:
+        parallelism = spec.get("parallelism", 0)
+        completions = "%d/1 of %d" % (status.get("succeeded", 0), parallelism) if parallelism > 1 else \
+            "%d/1" % status.get("succeeded", 0)
+    duration = ""
+    if status.get("startTime"):
+        end = parse_rfc3339(status["completionTime"]) if status.get("completionTime") else time.time()
+        duration = human_duration(end - parse_rfc3339(status["startTime"]))
+    containers, images = _containers_and_images(obj)
+    return [obj["metadata"]["name"], _job_status(status), completions, duration,
+            _age(obj["metadata"].get("creationTimestamp")), containers, images, _selector_text(obj)]
+
+
+TABLE_PRINTERS["statefulsets"] = ([_NAME, _column("Ready"), _AGE, _column("Containers", priority=1),
+                                   _column("Images", priority=1)], _statefulset_row)
+TABLE_PRINTERS["jobs"] = ([_NAME, _column("Status"), _column("Completions"), _column("Duration"), _AGE,
+                           _column("Containers", priority=1), _column("Images", priority=1),
+                           _column("Selector", priority=1)], _job_row)

@@ -15,7 +15,8 @@ Cluster-side fault kinds (`gpulab fault NODE KIND`):
 - `kubelet-down`: the kubelet stops posting: Ready Unknown (NotReady) and the unreachable taints.
 
 Timings (seconds, defaults as upstream where upstream has one): `heartbeat_s` 10 (Lease renewal and node
-status), `crash_backoff_s` 10 doubling to 300 (CrashLoopBackOff), `container_start_s` 1 (a new pod is
+status), `crash_backoff_s` 10 doubling to 300 (CrashLoopBackOff), `job_backoff_s` 10 doubling to 360 (a
+Job's next pod after a failed one), `container_start_s` 1 (a new pod is
 ContainerCreating that long before it is Ready), `tick_s` 0.5 (controller resync). Tests shrink them.
 
 NodeView extras the kubelet uses when a view has them: `ip` (InternalIP, else 127.0.0.1),
@@ -50,7 +51,8 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 class KubeCluster:
     def __init__(self, state_dir: str, node_views, api_only: int = 0, mig_strategy: str = "single",
                  dra: bool = False, heartbeat_s: float = 10.0, tick_s: float = 0.5, host: str = "127.0.0.1",
-                 port: int = 0, crash_backoff_s: float = 10.0, container_start_s: float = 1.0, record: bool = True):
+                 port: int = 0, crash_backoff_s: float = 10.0, container_start_s: float = 1.0, record: bool = True,
+                 job_backoff_s: float = 10.0):
         if mig_strategy not in ("single", "mixed"):
             raise ValueError("mig_strategy must be 'single' or 'mixed', not %r" % (mig_strategy,))
         self.state_dir = state_dir
@@ -66,7 +68,7 @@ class KubeCluster:
         self.store = Store(recorder=self.recorder)
         self.logs = PodLogs()
         self.store.pod_log_provider = self._pod_log
-        self.manager = ControllerManager(self.store, tick_s=tick_s)
+        self.manager = ControllerManager(self.store, tick_s=tick_s, job_backoff_s=job_backoff_s)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpulab-kubelet-exec")
         self.kubelets = {view.name: Kubelet(view, self.manager, self.config, self.logs, self._executor,
                                             node_ip=getattr(view, "ip", None)) for view in self.node_views}
@@ -108,6 +110,8 @@ class KubeCluster:
             self.server.stop()
             self.server = None
         self.manager.stop()
+        for kubelet in self.kubelets.values():
+            kubelet.processes.kill_all()
         self._executor.shutdown(wait=False)
         if self.recorder is not None:
             self.recorder.close()

@@ -2,7 +2,8 @@
 
 `ControllerManager` keeps an informer cache fed by `Store.subscribe` (so a pass reads no store lists) and
 runs one pass per change or per tick (0.5 s): node lifecycle (cordon and NotReady taints),
-kubelets, deployments -> replicasets -> pods, daemonsets, scheduling and NoExecute taint eviction.
+kubelets, deployments -> replicasets -> pods, daemonsets, statefulsets (`statefulsets.py`), jobs
+(`jobs.py`), scheduling and NoExecute taint eviction.
 The default namespaces, PDB status and cascading deletion belong to the store (lab/gpulab/kube/README.md,
 "agreed split"); the pure rules are in `workloads.py`, the cache in `informer.py`. Tests drive it synchronously with `run_once()`.
 """
@@ -21,7 +22,9 @@ from ..api.patch import MERGE_PATCH
 from ..api.timefmt import rfc3339
 from . import scheduler
 from .informer import Informer
+from .jobs import JobController
 from .objects import meta, owner_reference, pod_counts_for_controller, pod_is_terminating, random_suffix, template_hash
+from .statefulsets import StatefulSetController
 from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_pod_node_name, daemonset_may_continue_on,
                         daemonset_should_run_on, deployment_condition, deployment_status, needs_scheduling,
                         noexecute_deadline_passed, pods_by_owner_uid, pods_to_scale_down, replica_failure_conditions,
@@ -32,7 +35,8 @@ from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_p
 class ControllerManager:
     """Runs every controller, the scheduler and the kubelets' sync on one thread."""
 
-    def __init__(self, store, kubelets=(), tick_s: float = 0.5, clock=time.time, api_only=None):
+    def __init__(self, store, kubelets=(), tick_s: float = 0.5, clock=time.time, api_only=None,
+                 job_backoff_s: float = 10.0):
         self.store = store
         self.informer = Informer(store)
         self.kubelets = list(kubelets)
@@ -45,6 +49,8 @@ class ControllerManager:
         self._scheduling_messages = {}
         self._rollout_progress = {}         # deployment uid -> (replica counts, when they last changed)
         self.pass_errors = []
+        self.statefulsets = StatefulSetController(self)
+        self.jobs = JobController(self, backoff_s=job_backoff_s)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self, background: bool = True) -> None:
@@ -91,6 +97,8 @@ class ControllerManager:
             self._step(self.sync_deployments)
             self._step(self.sync_replicasets)
             self._step(self.sync_daemonsets)
+            self._step(self.statefulsets.sync)
+            self._step(self.jobs.sync, now)
             self._step(self.schedule_pending, now)
             pods_by_node = scheduler.pods_by_node_name(self.informer.items("pods"))
             for kubelet in self.kubelets:
@@ -142,10 +150,14 @@ class ControllerManager:
             if error.code == 404:
                 return None
             raise
-        if isinstance(result, dict) and result.get("kind") not in (None, "Status") and meta(result).get(
-                "deletionTimestamp"):
-            self.informer.observe(resource, result)
-        else:
+        # A graceful deletion leaves the object terminating; a final one (grace 0 of a terminating pod also
+        # answers with the object) removes it: ask the store which, so the cache keeps no ghost.
+        try:
+            self.informer.observe(resource, self.store.get(resource, meta(obj)["name"],
+                                                           namespace=meta(obj).get("namespace")))
+        except ApiError as error:
+            if error.code != 404:
+                raise
             self.informer.forget(resource, obj)
         return result
 
@@ -296,7 +308,7 @@ class ControllerManager:
             self.patch("replicasets", replicaset, {"status": status}, subresource="status")
 
     def _create_pod_from_template(self, owner: dict, template: dict, node_name=None, extra_labels=None,
-                                  tolerations=None):
+                                  tolerations=None, name=None):
         namespace = meta(owner).get("namespace")
         pod_spec = copy.deepcopy(template.get("spec") or {})   # the store applies the pod spec defaults
         merged_tolerations = list(pod_spec.get("tolerations") or [])
@@ -313,14 +325,21 @@ class ControllerManager:
         labels.update(extra_labels or {})
         pod = {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "%s-%s" % (meta(owner)["name"], random_suffix()),
-                         "generateName": "%s-" % meta(owner)["name"], "namespace": namespace,
+            "metadata": {"name": name or "%s-%s" % (meta(owner)["name"], random_suffix()),
+                         "namespace": namespace,
                          "labels": labels,
                          "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
                          "ownerReferences": [owner_reference(owner)]},
             "spec": pod_spec,   # the store sets status.phase Pending and the qosClass of these resources
         }
+        if not name:
+            pod["metadata"]["generateName"] = "%s-" % meta(owner)["name"]
         return self.create("pods", pod, namespace=namespace)
+
+    def create_pod(self, owner: dict, template: dict, name=None, extra_labels=None):
+        """A pod of `owner` from `template` (generated name unless `name`); None when one of that name exists.
+        For the controllers in modules of their own (statefulsets, jobs); ApiError when the API refuses it."""
+        return self._create_pod_from_template(owner, template, extra_labels=extra_labels, name=name)
 
     # --- daemonsets -----------------------------------------------------------------------------
     def sync_daemonsets(self) -> None:

@@ -6,7 +6,7 @@ import threading
 from .objects import meta, object_key, resource_version_int
 
 WATCHED_RESOURCES = ("namespaces", "nodes", "pods", "deployments", "replicasets", "daemonsets",
-                     "poddisruptionbudgets", "leases")
+                     "statefulsets", "controllerrevisions", "jobs", "poddisruptionbudgets", "leases")
 
 
 class Informer:

@@ -1,10 +1,12 @@
 """One kubelet (with its NVIDIA device plugin registration) per node twin.
 
 The kubelet posts the Node (capacity/allocatable, conditions, nodeInfo with the node twin's bootID),
-renews its Lease in kube-node-lease, and runs the pods bound to it: ordinary containers "run" at once;
-a container whose command is `nvidia-smi ...` runs that command inside the node twin (NodeView.run), its
-output becomes the pod log and its exit code the phase. The device-plugin pod registers the GPUs the
-node's driver exposes; without NVML it crash-loops with the plugin's real failure log.
+renews its Lease in kube-node-lease, and runs the pods bound to it. A single container whose `command`/`args`
+name a program the node twin has runs as a process in the node's namespaces (`containers.py`): its output is
+the pod log, its exit code the container state (Completed/Error, CrashLoopBackOff, phase Succeeded/Failed
+by restartPolicy). `nvidia-smi ...` runs through NodeView.run. Containers without a command, whose program
+the node lacks, or on a view that starts no processes "run" until deleted. The device-plugin pod registers
+the GPUs the node's driver exposes; without NVML it crash-loops with the plugin's real failure log.
 
 All methods run on the controller thread, except the `nvidia-smi` commands (a small thread pool).
 """
@@ -22,13 +24,16 @@ from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMES
                          OS_IMAGE, conditions_without_times, micro_time, node_lease, ready_conditions,
                          status_unknown_conditions)
 from .objects import meta, pod_is_terminating
-from .pods import PodLogs, command_argv, container_id, restarts_after_exit
+from .containers import ContainerProcesses, container_argv, container_env
+from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
+                   restarts_after_exit)
 
 
 class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
-                 resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0):
+                 resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0,
+                 max_processes: int = 64):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -37,6 +42,7 @@ class KubeletConfig:
         self.view_refresh_s = view_refresh_s
         self.resourceslice_api_version = resourceslice_api_version
         self.container_start_s = container_start_s
+        self.max_processes = max_processes      # container processes per node twin; more wait to start
 
 
 class _ViewSnapshot:
@@ -80,6 +86,7 @@ class Kubelet:
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
         self._runtime = {}               # pod uid -> container runtime state
         self._jobs = {}                  # pod uid -> Future of a nvidia-smi run
+        self.processes = ContainerProcesses(view, logs, client.informer.changed.set, config.max_processes)
         self._slice_generation = 0
         self._published_slice = None
         view.subscribe(self._on_view_event)
@@ -282,7 +289,7 @@ class Kubelet:
         self._forget_gone_pods(pods)
         for pod in pods:
             if pod_is_terminating(pod):
-                self._finalize(pod)
+                self._finalize(pod, now)
             elif pod_is_terminal(pod):
                 continue
             elif meta(pod).get("uid") not in self._runtime and self._reject_if_resources_missing(pod, pods, now):
@@ -291,6 +298,8 @@ class Kubelet:
                 self._sync_plugin_pod(pod, now)
             elif command_argv(pod) is not None:
                 self._sync_command_pod(pod, now)
+            elif self.processes.runs(pod):
+                self._sync_process_pod(pod, now)
             else:
                 self._sync_long_running_pod(pod, now)
 
@@ -300,6 +309,9 @@ class Kubelet:
         for uid in [uid for uid in self._runtime if uid not in present]:
             del self._runtime[uid]
             self._jobs.pop(uid, None)
+            self.processes.missing_program.discard(uid)
+        for uid in [uid for uid in self.processes.uids() if uid not in present]:
+            self.processes.forget(uid)
 
     def _reject_if_resources_missing(self, pod: dict, pods: list, now: float) -> bool:
         """Kubelet admission: a pod bound past the scheduler (spec.nodeName set by its author) that asks for
@@ -314,15 +326,26 @@ class Kubelet:
                 capacity = ((node.get("status") or {}).get("allocatable") or {}).get(name, "0")
                 used = scheduler.parse_quantity(capacity) - free.get(name, 0)
                 message = ("Pod was rejected: Node didn't have enough resource: %s, requested: %s, used: %s, "
-                           "capacity: %s" % (name, _plain(amount), _plain(used), capacity))
+                           "capacity: %s" % (name, plain_amount(amount), plain_amount(used), capacity))
                 self.client.patch("pods", pod, {"status": {"phase": "Failed", "reason": "OutOf%s" % name,
                                                            "message": message, "startTime": rfc3339(now)}},
                                   subresource="status")
                 return True
         return False
 
-    def _finalize(self, pod: dict) -> None:
+    def _finalize(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
+        if self.processes.running(uid):
+            # SIGTERM now, SIGKILL after the grace period; the pod goes once its process has exited
+            runtime = self._runtime.setdefault(uid, {})
+            if "kill_at" not in runtime:
+                self.processes.terminate(uid)
+                runtime["kill_at"] = now + int(meta(pod).get("deletionGracePeriodSeconds") or 0)
+            elif now >= runtime["kill_at"]:
+                self.processes.kill(uid)
+            return
+        self.processes.forget(uid)
+        self.processes.missing_program.discard(uid)
         self._runtime.pop(uid, None)
         if self._stale_plugin_uid == uid:
             self._stale_plugin_uid = None
@@ -377,7 +400,7 @@ class Kubelet:
                      "ready": False, "started": False, "restartCount": 0,
                      "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}}
                     for container in (pod.get("spec") or {}).get("containers") or []]
-        status = self._pod_status_base(pod, now, ready=False)
+        status = pod_status_base(pod, now, False, self.node_ip)
         status["conditions"][0]["status"] = "False"     # PodReadyToStartContainers: sandbox not up yet
         status.update({"phase": "Pending", "containerStatuses": statuses})
         self.client.patch("pods", pod, {"status": status}, subresource="status")
@@ -391,34 +414,9 @@ class Kubelet:
                              "imageID": "", "containerID": container_id(meta(pod).get("uid"), runtime["attempt"]),
                              "ready": ready, "started": not waiting, "restartCount": runtime["restart_count"],
                              "state": state, "lastState": last_state or runtime.get("last_state") or {}})
-        status = self._pod_status_base(pod, now, ready)
+        status = pod_status_base(pod, now, ready, self.node_ip)
         status.update({"phase": "Running", "containerStatuses": statuses})
         self.client.patch("pods", pod, {"status": status}, subresource="status")
-
-    def _pod_status_base(self, pod: dict, now: float, ready: bool) -> dict:
-        previous = pod.get("status") or {}
-        start_time = previous.get("startTime") or rfc3339(now)
-        scheduled = next((c for c in previous.get("conditions") or [] if c.get("type") == "PodScheduled"),
-                         {"type": "PodScheduled", "status": "True", "lastTransitionTime": start_time})
-        flag = "True" if ready else "False"
-        conditions = [
-            {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": start_time},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": start_time},
-            {"type": "Ready", "status": flag, "lastTransitionTime": rfc3339(now)},
-            {"type": "ContainersReady", "status": flag, "lastTransitionTime": rfc3339(now)},
-            scheduled,
-        ]
-        for condition in conditions[2:4]:
-            if not ready:
-                condition.update(reason="ContainersNotReady",
-                                 message="containers with unready status: [%s]" % " ".join(
-                                     c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []))
-        return {"hostIP": self.node_ip, "hostIPs": [{"ip": self.node_ip}], "podIP": self._pod_ip(pod),
-                "podIPs": [{"ip": self._pod_ip(pod)}], "startTime": start_time, "conditions": conditions}
-
-    def _pod_ip(self, pod: dict) -> str:
-        digest = hashlib.md5((meta(pod).get("uid") or "").encode()).digest()
-        return "10.244.%d.%d" % (digest[0], max(2, digest[1]))
 
     # --- nvidia-smi pods ------------------------------------------------------------------------
     def _sync_command_pod(self, pod: dict, now: float) -> None:
@@ -444,6 +442,37 @@ class Kubelet:
         else:
             self._write_terminated(pod, runtime, exit_code, now)
 
+    # --- pods whose command runs as a process in the node twin --------------------------------
+    def _sync_process_pod(self, pod: dict, now: float) -> None:
+        uid = meta(pod).get("uid")
+        runtime = self._runtime.get(uid)
+        due = runtime is None or runtime["needs_restart"] or (
+            runtime["state"] == "crashed" and now >= runtime["next_attempt"])
+        if due:
+            self.processes.forget(uid)      # a node reboot took the old process with it
+            self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], "")
+            started = self.processes.start(uid, meta(pod).get("namespace"), meta(pod)["name"], container_argv(pod),
+                                           container_env(pod))
+            if started is False:
+                self.processes.missing_program.add(uid)
+                self._sync_long_running_pod(pod, now)
+            elif started:
+                runtime = self._start_container(pod, now)
+                runtime["state"] = "running"
+                self._write_running(pod, runtime, now, ready=True)
+            elif runtime is None and not (pod.get("status") or {}).get("containerStatuses"):
+                self._write_creating(pod, None, now)     # at the process bound: waits to start
+            return
+        exit_code = self.processes.exit_code(uid)
+        if runtime["state"] != "running" or exit_code is None:
+            return
+        self.processes.forget(uid)
+        if restarts_after_exit(pod, exit_code):
+            self._write_crash_loop(pod, runtime, exit_code, now)
+        else:
+            runtime["state"] = "terminated"
+            self._write_terminated(pod, runtime, exit_code, now)
+
     def _run_command(self, argv: list):
         try:
             exit_code, stdout, stderr = self.view.run(argv, timeout=60)
@@ -457,7 +486,7 @@ class Kubelet:
         terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                       "startedAt": rfc3339(runtime["started_at"]), "finishedAt": rfc3339(now),
                       "containerID": container_id(meta(pod).get("uid"), runtime["attempt"])}
-        status = self._pod_status_base(pod, now, ready=False)
+        status = pod_status_base(pod, now, False, self.node_ip)
         for condition in status["conditions"][2:4]:
             condition.update(reason="PodCompleted", message="")
         status.update({"phase": "Succeeded" if exit_code == 0 else "Failed", "containerStatuses": [{
@@ -513,8 +542,8 @@ class Kubelet:
         runtime["next_attempt"] = now + backoff_s
         container_name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
         waiting = {"reason": "CrashLoopBackOff",
-                   "message": "back-off %ds restarting failed container=%s pod=%s_%s(%s)" % (
-                       int(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"),
+                   "message": "back-off %s restarting failed container=%s pod=%s_%s(%s)" % (
+                       go_duration(backoff_s), container_name, meta(pod)["name"], meta(pod).get("namespace"),
                        meta(pod).get("uid"))}
         last_state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                                      "startedAt": rfc3339(runtime["started_at"]),
@@ -569,8 +598,3 @@ class Kubelet:
         self._registered_by = meta(plugin).get("uid")
         self._capacity_extended.update(resources)
 
-
-def _plain(amount) -> str:
-    """A Decimal resource amount as the kubelet prints it (no exponent, no trailing zeros)."""
-    text = format(amount.normalize(), "f")
-    return text

@@ -26,7 +26,9 @@ DAEMONSET_TOLERATIONS = [
 
 
 def status_differs(current: dict, wanted: dict) -> bool:
-    return any(current.get(key) != value for key, value in wanted.items())
+    """True when a wanted field differs; an absent field equals a zero or empty one (the API server drops
+    `omitempty` fields that are zero, so a written `active: 0` reads back absent)."""
+    return any((current.get(key) or None) != (value or None) for key, value in wanted.items())
 
 
 def pods_by_owner_uid(pods: list) -> dict:

@@ -1,0 +1,33 @@
+"""The API server's access control in one place (what ``server.py`` calls): authentication (``authn.py``),
+RBAC authorization (``rbac.py``) of every resource request, and the two requests that are about access itself
+(TokenRequest, SelfSubjectAccessReview)."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+from .authn import Authenticator, User
+from .rbac import SELF_SUBJECT_ACCESS_REVIEW_PATH, Authorizer, request_attributes
+from .routes import parse_resource_path
+
+
+class Access:
+    def __init__(self, store, admin_token: str, key_dir: str):
+        self.authenticator = Authenticator(store, admin_token, key_dir)
+        self.authorizer = Authorizer(store)
+
+    def authenticate(self, authorization_header: str) -> Optional[User]:
+        return self.authenticator.authenticate(authorization_header)
+
+    def check(self, method: str, path: str, query: Dict[str, List[str]], user: User,
+              read_body: Callable[[], dict]) -> Optional[dict]:
+        """Raises the 403 of a request ``user`` may not make; returns the 201 answer of a TokenRequest or a
+        SelfSubjectAccessReview (None for every other request, which the server then serves)."""
+        if path.rstrip("/") == SELF_SUBJECT_ACCESS_REVIEW_PATH and method == "POST":
+            return self.authorizer.self_subject_access_review(user, read_body())
+        route = parse_resource_path(path)
+        if route is None:
+            return None
+        self.authorizer.authorize(user, request_attributes(method, route, query))
+        if route.resource == "serviceaccounts" and route.subresource == "token" and method == "POST":
+            return self.authenticator.token_request(route.namespace, route.name, read_body())
+        return None

@@ -1,0 +1,103 @@
+"""The diagnose runbook's whole method over the twin: real ansible-playbook (ansible-runner), real SSH to the node,
+real HTTPS to the API twin.
+
+A node gets the stale ledger (`gpulab fault NODE stale-device-plugin`: the kubelet restarted, the plugin did not
+register again: capacity 8, allocatable 0, NVML 8). Diagnose names layer L5 and case 1 without changing anything;
+with `gpuops_remediate: true` it restarts the device-plugin pod on that node only and allocatable is 8 again.
+A node with a GPU off the bus (Xid 79) is case 4: remediation only cordons and taints it, with the reason.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from conftest import REPO_DIR, collections_path, start_lab, stop_lab
+from gates_helpers import read_node
+
+ansible_runner = pytest.importorskip("ansible_runner")
+
+PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "diagnose.yml")
+SHOW_TASK = "Show the node summary, the failing layer, the cases and their fix"
+DRIVER = "550.54.15"
+
+
+def gpu_allocatable(lab, node):
+    return (read_node(lab, node)["status"].get("allocatable") or {}).get("nvidia.com/gpu")
+
+
+def wait_allocatable(lab, node, wanted, timeout_s=60):
+    deadline, seen = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        seen = gpu_allocatable(lab, node)
+        if seen == wanted:
+            break
+        time.sleep(0.3)
+    return seen
+
+
+def run_diagnose(lab, tmp_path, **extravars):
+    """(rc, shown message per host, ok task names per host, failed hosts)."""
+    os.makedirs(str(tmp_path), exist_ok=True)
+    result = ansible_runner.run(
+        private_data_dir=str(tmp_path), playbook=PLAYBOOK, inventory=os.path.join(lab.state_dir, "inventory.yml"),
+        extravars=extravars, quiet=True,
+        envvars={"ANSIBLE_COLLECTIONS_PATH": collections_path() or "",
+                 "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+    shown, changed, failed = {}, {}, set()
+    for event in result.events:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok":
+            if data.get("task") == SHOW_TASK:
+                shown[data["host"]] = data["res"]["msg"]
+            if data["res"].get("changed"):
+                changed.setdefault(data["host"], []).append(data.get("task"))
+        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            failed.add(data["host"])
+    return result.rc, shown, changed, failed
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    lab = start_lab(str(tmp_path_factory.mktemp("diagnose-remediate") / "state"), "--nodes", "3", "--driver", DRIVER,
+                    "--boot-delay", "0.3")
+    try:
+        for node in lab.node_names:
+            assert wait_allocatable(lab, node, "8") == "8"
+        lab.gpulab("fault", "gpu-node-01", "stale-device-plugin")
+        lab.gpulab("fault", "gpu-node-03", "xid:79")
+        assert wait_allocatable(lab, "gpu-node-01", "0") == "0"
+        yield lab
+    finally:
+        stop_lab(lab)
+
+
+def test_diagnose_names_case_1_then_remediation_restores_allocatable(fleet, tmp_path):
+    rc, shown, changed, failed = run_diagnose(fleet, tmp_path / "read-only")
+    assert rc == 0 and not failed
+    assert not changed
+    node01 = shown["gpu-node-01"]
+    assert node01["failing_layer"] == "L5"
+    assert [case["case"] for case in node01["cases"]] == [1]
+    assert node01["cases"][0]["runbook"] == "docs/alerts.md#gpuallocatablezero"
+    assert any("capacity 8, allocatable 0, NVML 8" in message for message in node01["findings"])
+    node03 = shown["gpu-node-03"]
+    assert node03["failing_layer"] == "L0" and 4 in [case["case"] for case in node03["cases"]]
+    assert shown["gpu-node-02"]["cases"] == [] and shown["gpu-node-02"]["failing_layer"] is None
+    assert gpu_allocatable(fleet, "gpu-node-01") == "0"
+    assert not read_node(fleet, "gpu-node-03")["spec"].get("unschedulable")
+
+    rc, shown, changed, failed = run_diagnose(fleet, tmp_path / "remediate", gpuops_remediate=True)
+    assert rc == 0 and not failed, shown
+    assert gpu_allocatable(fleet, "gpu-node-01") == "8"
+    # the hardware node: cordoned and tainted with the reason, its pods left alone
+    node03 = read_node(fleet, "gpu-node-03")
+    assert node03["spec"]["unschedulable"] is True
+    assert "diagnose case 4" in node03["metadata"]["annotations"]["gpuops.nvidia/cordon-reason"]
+    assert {"key": "gpuops.nvidia/hardware", "value": "xid", "effect": "NoSchedule"} in [
+        dict((key, taint.get(key)) for key in ("key", "value", "effect")) for taint in node03["spec"]["taints"]]
+    # the healthy node was not touched
+    assert "gpu-node-02" not in changed
+    assert not read_node(fleet, "gpu-node-02")["spec"].get("unschedulable")

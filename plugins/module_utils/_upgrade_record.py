@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The node annotations a driver roll-out sets, as one merge patch: its record (the resume point) and the
+exclusions from auto-remediators during the maintenance, whose previous values are kept in the record so the
+end of the maintenance restores them exactly.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION, dump_record
+
+# Auto-remediators that would reboot or replace a node we are working on: medik8s (Node Healthcheck / Self Node
+# Remediation) and Cluster API's MachineHealthCheck.
+REMEDIATION_EXCLUSIONS = {
+    "remediation.medik8s.io/exclude-from-remediation": "true",
+    "cluster.x-k8s.io/skip-remediation": "",
+}
+# Record states during which the node is in maintenance (excluded from remediation).
+MAINTENANCE_STATES = ("planned", "draining", "installing", "rebooting", "verifying")
+
+
+def node_annotations(node: dict) -> dict:
+    return dict((node.get("metadata") or {}).get("annotations") or {})
+
+
+def current_record(node: dict):
+    """The record as stored, whatever its state (None when absent or not JSON)."""
+    raw = node_annotations(node).get(RECORD_ANNOTATION)
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True, now: str = None):
+    """(merge patch of metadata.annotations, the new record) moving the node's record to ``fields['state']``.
+
+    Fields not given are kept from the current record when it is for the same target (``to``), so each step only
+    says what changed. ``now`` (RFC 3339) is recorded in ``steps`` as the time the node entered the state (the
+    first time: a repeated step keeps its first time), which the run record's durations come from.
+
+    Entering maintenance saves the remediation annotations present before it (``saved_annotations``, null for
+    absent) and sets the exclusions; leaving it as done or rolled-back restores them. A failed node stays
+    excluded: it is cordoned and waits for a person.
+    """
+    state = fields.get("state")
+    annotations = node_annotations(node)
+    previous = current_record(node) or {}
+    record = dict(previous) if previous.get("to") == fields.get("to", previous.get("to")) else {}
+    record.update(dict((key, value) for key, value in fields.items() if value is not None))
+    if now:
+        record["steps"] = dict(record.get("steps") or {})
+        record["steps"].setdefault(state, now)
+    patch = {}
+    if exclude_from_remediation and state in MAINTENANCE_STATES:
+        if "saved_annotations" not in record:
+            record["saved_annotations"] = dict((key, annotations.get(key)) for key in REMEDIATION_EXCLUSIONS)
+        for key, value in REMEDIATION_EXCLUSIONS.items():
+            if annotations.get(key) != value:
+                patch[key] = value
+    elif state in ("done", "rolled-back") and "saved_annotations" in record:
+        for key, value in record.pop("saved_annotations").items():
+            if annotations.get(key) != value:
+                patch[key] = value      # None removes the annotation in a merge patch
+    rendered = dump_record(record)
+    if annotations.get(RECORD_ANNOTATION) != rendered:
+        patch[RECORD_ANNOTATION] = rendered
+    return patch, record
+
+
+def clear_patch(node: dict) -> dict:
+    """The merge patch removing the record (and restoring saved remediation annotations)."""
+    annotations = node_annotations(node)
+    record = current_record(node) or {}
+    patch = {}
+    for key, value in (record.get("saved_annotations") or {}).items():
+        if annotations.get(key) != value:
+            patch[key] = value
+    if RECORD_ANNOTATION in annotations:
+        patch[RECORD_ANNOTATION] = None
+    return patch

@@ -1,0 +1,330 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: device_plugin_restart
+short_description: Restart the NVIDIA device-plugin pod on the listed Kubernetes nodes only
+version_added: 0.1.0
+description:
+  - The remedy for a node whose GPUs are in capacity but not allocatable after a kubelet restart (the device plugin
+    did not register again, a stale ledger) - deletes the NVIDIA device-plugin pod on each listed node, waits until
+    its DaemonSet's replacement pod on that node is Running and Ready, then (O(wait_allocatable)) until the node's
+    C(nvidia.com/*) allocatable equals its capacity again.
+  - Scoped to the listed nodes, in parallel; never a restart of the whole DaemonSet (C(kubectl rollout restart)
+    would take the GPUs of every node away at once).
+  - The plugin pod is found by the DaemonSet's own selector and owner reference, not by a name pattern. When a
+    listed node has no running plugin pod, the task fails before any pod is deleted.
+  - Reports per node the GPU capacity and allocatable before and after.
+  - Runs on the controller (C(delegate_to=localhost)) and uses the C(kubernetes) Python client.
+author: gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    details: Reports the pod each node would lose and the resources before; deletes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  nodes:
+    description:
+      - The nodes whose device-plugin pod is restarted. At least one; there is no "all nodes".
+    type: list
+    elements: str
+    required: true
+  daemonset:
+    description:
+      - The device plugin's DaemonSet. C(nvidia-device-plugin-daemonset) is the name in NVIDIA's static manifest
+        and in the GPU Operator.
+    type: str
+    default: nvidia-device-plugin-daemonset
+  namespace:
+    description:
+      - The DaemonSet's namespace. Unset, the DaemonSet is looked up in C(kube-system) (NVIDIA's static
+        manifest) and C(gpu-operator) (the GPU Operator); the task fails when it is in neither or in both.
+    type: str
+  wait_allocatable:
+    description:
+      - After the new pod is Ready, also wait until every C(nvidia.com/*) resource the node has capacity for is
+        allocatable again.
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds for all listed nodes together.
+    type: int
+    default: 180
+notes:
+  - The connection options and their C(K8S_AUTH_*) environment variables are those of kubernetes.core; set them
+    once for every Kubernetes module of this collection with C(module_defaults) and C(group/gpuops.nvidia.k8s).
+seealso:
+  - module: gpuops.nvidia.node_drain
+  - name: NVIDIA device plugin
+    description: The NVIDIA device plugin for Kubernetes.
+    link: https://github.com/NVIDIA/k8s-device-plugin
+"""
+
+EXAMPLES = r"""
+- name: Restart the device plugin where GPUs are in capacity but not allocatable
+  gpuops.nvidia.device_plugin_restart:
+    nodes: [gpu-node-07]
+  delegate_to: localhost
+
+- name: The same with the GPU Operator
+  gpuops.nvidia.device_plugin_restart:
+    nodes: "{{ stale_nodes }}"
+    namespace: gpu-operator
+    timeout: 300
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+daemonset:
+  description: The DaemonSet, as C(namespace/name).
+  returned: always
+  type: str
+  sample: kube-system/nvidia-device-plugin-daemonset
+nodes:
+  description: One entry per listed node.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    node:
+      description: The node.
+      type: str
+    deleted_pod:
+      description: The plugin pod deleted (with check mode, that would be deleted).
+      type: str
+    new_pod:
+      description: The replacement pod, once it exists.
+      type: str
+    ready:
+      description: Whether the replacement pod is Running and Ready.
+      type: bool
+    capacity:
+      description: The node's C(nvidia.com/*) capacity.
+      type: dict
+      sample: {nvidia.com/gpu: 8}
+    allocatable_before:
+      description: The node's C(nvidia.com/*) allocatable before the restart.
+      type: dict
+      sample: {nvidia.com/gpu: 0}
+    allocatable_after:
+      description: The node's C(nvidia.com/*) allocatable at the end (not with check mode).
+      type: dict
+      sample: {nvidia.com/gpu: 8}
+    restored:
+      description: Whether allocatable equals capacity (and is above 0) at the end.
+      type: bool
+    stale_ledger:
+      description: Whether, before the restart, the node had GPU capacity but no GPU allocatable.
+      type: bool
+  sample: [{node: gpu-1, deleted_pod: nvidia-device-plugin-daemonset-x5htk, new_pod: nvidia-device-plugin-daemonset-8d2kq,
+            ready: true, capacity: {nvidia.com/gpu: 8}, allocatable_before: {nvidia.com/gpu: 0},
+            allocatable_after: {nvidia.com/gpu: 8}, restored: true, stale_ledger: true}]
+elapsed:
+  description: Seconds the module took.
+  returned: always
+  type: float
+  sample: 3.2
+"""
+
+import functools
+import queue
+import threading
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
+
+try:
+    from kubernetes import client as k8s_client
+except ImportError:
+    k8s_client = None   # api_client_from_module reports the missing library
+
+
+def find_daemonset(module, apps):
+    name = module.params["daemonset"]
+    namespaces = [module.params["namespace"]] if module.params["namespace"] else list(_device_plugin.KNOWN_NAMESPACES)
+    found = {}
+    for namespace in namespaces:
+        try:
+            found[namespace] = apps.api_client.sanitize_for_serialization(
+                apps.read_namespaced_daemon_set(name, namespace))
+        except Exception as error:
+            if status_of(error)[0] != 404:
+                module.fail_json(msg=api_error_message(error, "read DaemonSet %s/%s" % (namespace, name)))
+            found[namespace] = None
+    if module.params["namespace"]:
+        if found[namespace] is None:
+            module.fail_json(msg="no DaemonSet %s in namespace %s" % (name, namespace))
+        return found[namespace]
+    try:
+        return found[_device_plugin.choose_namespace(found)]
+    except ValueError as error:
+        module.fail_json(msg=str(error) % name)
+
+
+class NodeRestart:
+    """Delete one node's plugin pod, then watch for its Ready replacement and the node's allocatable."""
+
+    def __init__(self, core, daemonset, node, pod, deadline, wait_allocatable):
+        self.core = core
+        self.daemonset = daemonset
+        self.namespace = daemonset["metadata"]["namespace"]
+        self.selector = _device_plugin.pod_selector(daemonset)
+        self.node_name = node["metadata"]["name"]
+        self.pod = pod
+        self.deadline = deadline
+        self.wait_allocatable = wait_allocatable
+        self.report = {"node": self.node_name, "deleted_pod": pod["metadata"]["name"], "new_pod": None,
+                       "ready": False}
+        self.resources = _device_plugin.gpu_resources(node)
+        self.error = None
+
+    def remaining(self):
+        return self.deadline - time.monotonic()
+
+    def _wait(self, key, list_call, satisfied):
+        """Follow ``list_call``'s objects (list + watch) until ``satisfied(objects)`` or the deadline."""
+        events = queue.Queue()
+        watcher = ListWatch(key, list_call, events).start(time.time() + self.remaining())
+        objects = {}
+        try:
+            while self.remaining() > 0:
+                try:
+                    _key, kind, payload = events.get(timeout=min(1.0, max(0.01, self.remaining())))
+                except queue.Empty:
+                    continue
+                if kind == "FAILED":
+                    raise RuntimeError(payload)
+                if kind == "SYNC":
+                    objects = {item["metadata"]["uid"]: item for item in payload}
+                elif kind == "DELETED":
+                    objects.pop(payload["metadata"]["uid"], None)
+                else:
+                    objects[payload["metadata"]["uid"]] = payload
+                if satisfied(list(objects.values())):
+                    return True
+            return False
+        finally:
+            watcher.stop()
+
+    def _replacement_ready(self, pods):
+        found = _device_plugin.replacement(pods, self.daemonset, self.node_name, self.pod["metadata"]["uid"])
+        if found:
+            self.report.update(new_pod=found["pod"], ready=found["ready"])
+        return bool(found and found["ready"])
+
+    def _allocatable_back(self, nodes):
+        for node in nodes:
+            self.resources = _device_plugin.gpu_resources(node)
+        return _device_plugin.allocatable_restored(self.resources)
+
+    def _wait_for_pod(self):
+        return self._wait("pods", functools.partial(self.core.list_namespaced_pod, self.namespace,
+                                                    label_selector=self.selector,
+                                                    field_selector="spec.nodeName=" + self.node_name),
+                          self._replacement_ready)
+
+    def _wait_for_allocatable(self):
+        return self._wait("node", functools.partial(self.core.list_node,
+                                                    field_selector="metadata.name=" + self.node_name),
+                          self._allocatable_back)
+
+    def run(self):
+        try:
+            options = k8s_client.V1DeleteOptions(preconditions=k8s_client.V1Preconditions(
+                uid=self.pod["metadata"]["uid"]))
+            try:
+                self.core.delete_namespaced_pod(self.pod["metadata"]["name"], self.namespace, body=options)
+            except Exception as error:
+                if status_of(error)[0] not in (404, 409):     # already gone (or replaced): wait for the new one
+                    raise
+            if not self._wait_for_pod():
+                self.error = "replacement of %s on node %s not Running and Ready in time" % (
+                    self.pod["metadata"]["name"], self.node_name)
+            elif self.wait_allocatable and not self._wait_for_allocatable():
+                self.error = ("node %s: GPU allocatable %s still differs from capacity %s"
+                              % (self.node_name, self.resources["allocatable"], self.resources["capacity"]))
+            elif not self.wait_allocatable:
+                self.resources = _device_plugin.gpu_resources(
+                    self.core.api_client.sanitize_for_serialization(self.core.read_node(self.node_name)))
+        except Exception as error:
+            self.error = api_error_message(error, "restart the device plugin on %s" % self.node_name)
+
+
+def main():
+    argument_spec = dict(
+        K8S_AUTH_ARG_SPEC,
+        nodes=dict(type="list", elements="str", required=True),
+        daemonset=dict(type="str", default=_device_plugin.DAEMONSET_NAME),
+        namespace=dict(type="str"),
+        wait_allocatable=dict(type="bool", default=True),
+        timeout=dict(type="int", default=180),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    nodes = module.params["nodes"]
+    if not nodes or any(not name for name in nodes):
+        module.fail_json(msg="nodes must list at least one node name (there is no fleet-wide restart)")
+    if len(set(nodes)) != len(nodes):
+        twice = sorted(name for name in set(nodes) if nodes.count(name) > 1)
+        module.fail_json(msg="nodes lists a node twice: %s" % ", ".join(twice))
+    if module.params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
+    started = time.monotonic()
+    api = api_client_from_module(module)
+    core = k8s_client.CoreV1Api(api)
+    daemonset = find_daemonset(module, k8s_client.AppsV1Api(api))
+    namespace = daemonset["metadata"]["namespace"]
+    result = dict(changed=False, daemonset="%s/%s" % (namespace, daemonset["metadata"]["name"]), nodes=[])
+    try:
+        pods = list_json(core.list_namespaced_pod, namespace=namespace,
+                         label_selector=_device_plugin.pod_selector(daemonset))[0]
+        node_objects = [core.api_client.sanitize_for_serialization(core.read_node(name)) for name in nodes]
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "read the nodes and the plugin pods"), **result)
+    plugin_pods = {name: _device_plugin.plugin_pod(pods, daemonset, name) for name in nodes}
+    without = [name for name, pod in plugin_pods.items() if pod is None]
+    if without:
+        module.fail_json(msg=_device_plugin.missing_pods_message(daemonset, without), **result)
+    restarts = [NodeRestart(core, daemonset, node, plugin_pods[node["metadata"]["name"]],
+                            started + module.params["timeout"], module.params["wait_allocatable"])
+                for node in node_objects]
+    befores = {restart.node_name: restart.resources for restart in restarts}
+    if not module.check_mode:
+        threads = [threading.Thread(target=restart.run, daemon=True) for restart in restarts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    result["changed"] = True
+    for restart in restarts:
+        before = befores[restart.node_name]
+        entry = dict(restart.report, capacity=before["capacity"], allocatable_before=before["allocatable"],
+                     stale_ledger=_device_plugin.stale_ledger(before))
+        if not module.check_mode:
+            entry.update(capacity=restart.resources["capacity"], allocatable_after=restart.resources["allocatable"])
+        entry["restored"] = _device_plugin.allocatable_restored(before if module.check_mode else restart.resources)
+        result["nodes"].append(entry)
+    result["elapsed"] = round(time.monotonic() - started, 3)
+    errors = [restart.error for restart in restarts if restart.error]
+    if errors:
+        module.fail_json(msg="; ".join(errors), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: driver_upgrade_plan
+short_description: Validate a driver roll-out's inputs and plan its batches from the cluster's state
+version_added: 0.1.0
+description:
+  - The first step of the C(gpuops.nvidia.driver_upgrade) runbook. Reads the cluster (nodes, the kured
+    lock DaemonSet, pods matching O(wait_for_pods_selector)) and changes nothing.
+  - Every input is validated first and B(all) problems are reported in one failure (malformed version, a batch
+    list that is not counts or percentages, unknown nodes, names with shell metacharacters, a bad window).
+  - The plan has the canary first, then batches of the remaining nodes in the given order (optionally spread
+    over failure domains), each node's current and target version and what a run would do with it (start,
+    continue or verify after an interruption, skip when already at the target), and what blocks - nodes already
+    cordoned or NotReady by someone else, nodes a previous run failed, the GPU Operator's own upgrade in
+    progress, a held kured lock, pods a drain would refuse (emptyDir, unreplicated); and what the drains will
+    wait for (PodDisruptionBudgets allowing too few disruptions now, pods matching O(wait_for_pods_selector)).
+  - The budget (O(max_unavailable)) counts every GPU node that is cordoned or NotReady, whoever did it.
+author: gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.k8s_auth
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  driver_version:
+    description: The target driver version, in full (for example V(615.71.09)).
+    type: str
+    required: true
+  cluster_name:
+    description: The cluster's name (the runbook compares the typed confirmation with it).
+    type: str
+    required: true
+  nodes:
+    description: The target nodes (Kubernetes node names), in the order they should be done.
+    type: list
+    elements: str
+    required: true
+  batches:
+    description:
+      - Batch sizes, counts or percentages of all targets (rounded up). The first entry is the canary; the last
+        entry repeats until every node is planned.
+    type: list
+    elements: raw
+    default: [1, "25%"]
+  canary_nodes:
+    description: The canary batch by name; default the first O(batches[0]) nodes of O(nodes).
+    type: list
+    elements: str
+  max_unavailable:
+    description:
+      - The most GPU nodes that may be out at once (a count or a percentage of the cluster's GPU nodes, rounded
+        down but at least 1). Cordoned and NotReady GPU nodes count, whoever made them so.
+    type: raw
+    default: 1
+  max_fail_percentage:
+    description: Checked here only for its range (0-100); the runbook applies it.
+    type: float
+    default: 0
+  soak_seconds:
+    description: Checked here only for its shape (seconds, or a mapping with C(canary) and C(batch)).
+    type: raw
+    default: 0
+  maintenance_window:
+    description:
+      - C(days) (mon..sun), C(start) and C(end) (HH:MM, 24 h; an end before the start runs over midnight) and
+        C(timezone) (IANA name, default UTC). The plan says whether the window is open now.
+    type: dict
+  spread_label:
+    description: A node label naming failure domains; no batch takes two nodes of one domain while another has
+      nodes left.
+    type: str
+  wait_for_pods_selector:
+    description: A label selector of pods (for example training jobs) the drain waits for; the plan lists those
+      running on the targets.
+    type: str
+  loaded_versions:
+    description: Node name to the driver version loaded now (from M(gpuops.nvidia.nvidia_driver_facts)); nodes
+      not listed are read from GPU Feature Discovery's C(nvidia.com/cuda.driver-version.full) label.
+    type: dict
+    default: {}
+  kured_daemonset:
+    description: Namespace and name of kured's DaemonSet, whose lock annotation is read (absent is fine).
+    type: dict
+    default: {namespace: kube-system, name: kured}
+  delete_emptydir_data:
+    description: Whether the drains may evict pods with emptyDir volumes (as O(gpuops.nvidia.node_drain#module:delete_emptydir_data));
+      without it such pods are blockers of the plan.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Plan the roll-out to 615.71.09
+  gpuops.nvidia.driver_upgrade_plan:
+    kubeconfig: ~/.kube/config
+    driver_version: 615.71.09
+    cluster_name: prod-east
+    nodes: "{{ groups['gpu_nodes'] }}"
+    batches: [1, "25%"]
+    max_unavailable: 2
+  register: plan
+
+- name: Show the batches
+  ansible.builtin.debug:
+    msg: "{{ plan.plan.batches | map(attribute='nodes') | list }}"
+"""
+
+RETURN = r"""
+plan:
+  description: The plan.
+  returned: success
+  type: dict
+  contains:
+    target_version:
+      description: The target version.
+      type: str
+      returned: always
+    batches:
+      description: Batches in order, the canary first; each with C(index), C(kind) (C(canary) or C(batch)) and
+        C(nodes).
+      type: list
+      elements: dict
+      returned: always
+      sample: [{index: 1, kind: canary, nodes: [gpu-node-01]}, {index: 2, kind: batch, nodes: [gpu-node-02, gpu-node-03]}]
+    nodes:
+      description: Per node, C(current_version), C(action) (start, continue, reboot, verify, skip, failed) and
+        C(record) (the node's C(gpuops.nvidia/driver-upgrade) annotation, or null).
+      type: dict
+      returned: always
+    skipped:
+      description: Nodes already at the target, with the reason.
+      type: list
+      elements: dict
+      returned: always
+    blockers:
+      description: What blocks the roll-out, each with C(node) and C(reason). The runbook refuses to act while
+        this is not empty.
+      type: list
+      elements: dict
+      returned: always
+    max_unavailable:
+      description: The budget in nodes.
+      type: int
+      returned: always
+    unavailable_now:
+      description: GPU nodes out now (cordoned or NotReady) and why.
+      type: dict
+      returned: always
+    pdb_waits:
+      description: Disruption budgets that would hold a drain back now (C(node), C(pdb), C(disruptions_allowed),
+        C(pods)); the drain waits for them up to its timeout.
+      type: list
+      elements: dict
+      returned: always
+    wait_for_pods:
+      description: Pods matching O(wait_for_pods_selector) on the target nodes (C(namespace), C(name), C(node)).
+      type: list
+      elements: dict
+      returned: always
+    window_open:
+      description: Whether the maintenance window is open now (true without a window).
+      type: bool
+      returned: always
+"""
+
+import datetime
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as planner
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
+
+try:
+    from kubernetes import client as k8s_client
+except ImportError:
+    k8s_client = None   # api_client_from_module reports the missing library
+
+
+def read_cluster(module, api):
+    """Nodes, kured's DaemonSet (or none) and the pods to wait for, as plain JSON-like dicts."""
+    core = k8s_client.CoreV1Api(api)
+    apps = k8s_client.AppsV1Api(api)
+    params = module.params
+    try:
+        nodes = list_json(core.list_node)[0]
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "list nodes"))
+    kured = []
+    location = params["kured_daemonset"] or {}
+    try:
+        kured = [api.sanitize_for_serialization(apps.read_namespaced_daemon_set(
+            location.get("name", "kured"), location.get("namespace", "kube-system")))]
+    except Exception as error:
+        if status_of(error)[0] != 404:
+            module.fail_json(msg=api_error_message(error, "read the kured DaemonSet"))
+    try:
+        pods = list_json(core.list_pod_for_all_namespaces)[0]
+        pdbs = list_json(k8s_client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces)[0]
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "list pods and PodDisruptionBudgets"))
+    waiting = []
+    if params["wait_for_pods_selector"]:
+        try:
+            selected = list_json(core.list_pod_for_all_namespaces, label_selector=params["wait_for_pods_selector"])[0]
+        except Exception as error:
+            module.fail_json(msg=api_error_message(error, "list pods matching %s" % params["wait_for_pods_selector"]))
+        targets = set(params["nodes"])
+        waiting = [{"namespace": pod["metadata"].get("namespace"), "name": pod["metadata"]["name"],
+                    "node": pod["spec"].get("nodeName")}
+                   for pod in selected if pod["spec"].get("nodeName") in targets
+                   and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    return nodes, kured, waiting, pods, pdbs
+
+
+def main():
+    argument_spec = dict(
+        K8S_AUTH_ARG_SPEC,
+        driver_version=dict(type="str", required=True),
+        cluster_name=dict(type="str", required=True),
+        nodes=dict(type="list", elements="str", required=True),
+        batches=dict(type="list", elements="raw", default=[1, "25%"]),
+        canary_nodes=dict(type="list", elements="str"),
+        max_unavailable=dict(type="raw", default=1),
+        max_fail_percentage=dict(type="float", default=0),
+        soak_seconds=dict(type="raw", default=0),
+        maintenance_window=dict(type="dict"),
+        spread_label=dict(type="str"),
+        wait_for_pods_selector=dict(type="str"),
+        loaded_versions=dict(type="dict", default={}),
+        kured_daemonset=dict(type="dict", default={"namespace": "kube-system", "name": "kured"}),
+        delete_emptydir_data=dict(type="bool", default=False),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    params = module.params
+    # the cheap checks first: a malformed input fails before the cluster is even read
+    offline_errors = planner.validate_inputs(
+        params["driver_version"], params["cluster_name"], params["nodes"], None, params["batches"],
+        params["canary_nodes"], params["max_unavailable"], params["max_fail_percentage"], params["soak_seconds"],
+        params["maintenance_window"], params["spread_label"])
+    if offline_errors:
+        module.fail_json(msg="refused before anything was touched: " + "; ".join(offline_errors),
+                         errors=offline_errors)
+    api = api_client_from_module(module)
+    nodes, kured, waiting, pods, pdbs = read_cluster(module, api)
+    known = [node["metadata"]["name"] for node in nodes]
+    errors = planner.validate_inputs(
+        params["driver_version"], params["cluster_name"], params["nodes"], known, params["batches"],
+        params["canary_nodes"], params["max_unavailable"], params["max_fail_percentage"], params["soak_seconds"],
+        params["maintenance_window"], params["spread_label"])
+    if errors:
+        module.fail_json(msg="refused before anything was touched: " + "; ".join(errors), errors=errors)
+    plan = planner.build_plan(
+        params["nodes"], nodes, params["driver_version"], params["batches"], params["canary_nodes"],
+        params["max_unavailable"], params["loaded_versions"], params["spread_label"], kured)
+    plan["wait_for_pods"] = waiting
+    to_do = [name for name in params["nodes"] if plan["nodes"][name]["action"] != "skip"]
+    preview = planner.drain_preview(to_do, pods, pdbs, params["delete_emptydir_data"])
+    plan["blockers"].extend(preview["blockers"])
+    plan["pdb_waits"] = preview["pdb_waits"]
+    plan["window_open"] = planner.in_maintenance_window(
+        params["maintenance_window"], datetime.datetime.now(datetime.timezone.utc))
+    module.exit_json(changed=False, plan=plan)
+
+
+if __name__ == "__main__":
+    main()

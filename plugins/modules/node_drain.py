@@ -1,0 +1,577 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_drain
+short_description: Cordon, drain or uncordon a Kubernetes node with kubectl drain's rules and a cordon record
+version_added: 0.1.0
+description:
+  - Takes a node out of service as C(kubectl drain) does, and puts it back only when this collection took it out.
+  - V(cordon) marks the node unschedulable. V(drain) cordons it, then evicts its pods through the eviction API, so
+    PodDisruptionBudgets are honoured. V(uncordon) makes it schedulable again.
+  - The pod filters are those of C(kubectl drain), in its order. DaemonSet pods are ignored (O(ignore_daemonsets))
+    and mirror (static) pods are skipped; pods with an C(emptyDir) volume need O(delete_emptydir_data); pods
+    without a controller, or whose DaemonSet is gone, need O(force); finished pods are always evicted.
+  - When any pod is refused the task fails before a single pod is evicted, naming every refused pod, and a cordon
+    made by this task is undone.
+  - All evictions run in parallel. An eviction a PodDisruptionBudget refuses (HTTP 429) is retried as soon as a
+    watch on the budgets shows a disruption allowed (at the latest every 5 seconds) until the global O(timeout).
+    The task then waits, on a watch of the node's pods, until every evicted pod is gone; a pod recreated under the
+    same name with a new UID counts as gone.
+  - When the O(timeout) passes, the task fails naming each pod left, the budgets holding it and their
+    C(disruptionsAllowed). The node stays cordoned, and its C(gpuops.nvidia/cordon-reason) annotation says why.
+  - Cordon bookkeeping - the first cordon records, in the node annotation C(gpuops.nvidia/cordon), when it was made
+    and whether the node was already unschedulable before. V(uncordon) undoes only such a cordon of a node that was
+    schedulable before; other cordoned nodes are left cordoned with a warning unless O(force).
+  - Runs on the controller (C(delegate_to=localhost)) and uses the C(kubernetes) Python client.
+author: gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    details: Check mode is O(dry_run=true).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  name:
+    description:
+      - The node.
+    type: str
+    required: true
+  state:
+    description:
+      - V(cordon) marks the node unschedulable, V(drain) cordons it and evicts its pods, V(uncordon) makes it
+        schedulable again (see O(force)).
+    type: str
+    choices: [cordon, drain, uncordon]
+    default: drain
+  ignore_daemonsets:
+    description:
+      - Ignore pods of existing DaemonSets (they would be recreated on the node anyway). When V(false), any such
+        pod fails the drain before anything is evicted.
+    type: bool
+    default: true
+  delete_emptydir_data:
+    description:
+      - Evict pods with C(emptyDir) volumes; their data is lost. When V(false), any such pod fails the drain
+        before anything is evicted.
+    type: bool
+    default: false
+  force:
+    description:
+      - With O(state=drain), evict pods without a controller (bare pods, which are not recreated) and pods whose
+        DaemonSet no longer exists.
+      - With O(state=uncordon), uncordon also a node this collection did not cordon, or that was already
+        unschedulable before it cordoned it.
+    type: bool
+    default: false
+  grace_period:
+    description:
+      - Seconds each pod gets to terminate, overriding its C(terminationGracePeriodSeconds). V(0) deletes at
+        once. Unset, each pod's own grace period applies.
+    type: int
+  pod_selector:
+    description:
+      - Label selector (C(app=web,tier!=db)); only the node's pods it selects are drained.
+    type: str
+  timeout:
+    description:
+      - Seconds for the whole drain, evictions and waiting for the pods to be gone together.
+    type: int
+    default: 300
+  dry_run:
+    description:
+      - Change nothing; report the pods that would be evicted, ignored and refused, and which
+        PodDisruptionBudgets would hold which pods back now, with their C(disruptionsAllowed).
+    type: bool
+    default: false
+  disable_eviction:
+    description:
+      - Delete the pods instead of evicting them. This B(bypasses PodDisruptionBudgets); use it only when a
+        budget can never be met and losing the availability it protects is accepted.
+    type: bool
+    default: false
+  reason:
+    description:
+      - Why the node is taken out of service, written to its C(gpuops.nvidia/cordon-reason) annotation.
+      - Defaults to a text naming this module and the O(state).
+    type: str
+notes:
+  - The connection options and their C(K8S_AUTH_*) environment variables are those of kubernetes.core; set them
+    once for every Kubernetes module of this collection with C(module_defaults) and C(group/gpuops.nvidia.k8s).
+seealso:
+  - name: kubectl drain
+    description: Safely drain a node.
+    link: https://kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/
+  - module: gpuops.nvidia.device_plugin_restart
+"""
+
+EXAMPLES = r"""
+- name: Drain a GPU node before its driver upgrade
+  gpuops.nvidia.node_drain:
+    name: gpu-node-07
+    delete_emptydir_data: true
+    timeout: 600
+    reason: NVIDIA driver 580.95.05 upgrade
+  delegate_to: localhost
+
+- name: Show what a drain would evict and which PodDisruptionBudgets would hold it back
+  gpuops.nvidia.node_drain:
+    name: gpu-node-07
+    dry_run: true
+  delegate_to: localhost
+  register: drain_plan
+
+- name: Put the node back in service (only if this collection cordoned it)
+  gpuops.nvidia.node_drain:
+    name: gpu-node-07
+    state: uncordon
+  delegate_to: localhost
+
+- name: Set the connection once for every Kubernetes module of the collection
+  module_defaults:
+    group/gpuops.nvidia.k8s:
+      kubeconfig: /etc/gpuops/kubeconfig
+  block:
+    - name: Cordon only
+      gpuops.nvidia.node_drain:
+        name: gpu-node-07
+        state: cordon
+      delegate_to: localhost
+"""
+
+RETURN = r"""
+node:
+  description: The node.
+  returned: always
+  type: str
+  sample: gpu-node-07
+unschedulable:
+  description: Whether the node is (with O(dry_run), would be) cordoned when the module ends.
+  returned: always
+  type: bool
+  sample: true
+uncordoned:
+  description: Whether O(state=uncordon) made the node schedulable.
+  returned: when O(state=uncordon)
+  type: bool
+  sample: true
+evicted:
+  description: The pods evicted (deleted with O(disable_eviction)) and gone, as C(namespace/name).
+  returned: when O(state=drain)
+  type: list
+  elements: str
+  sample: [default/web-5c6b8-x2x7p]
+pods_to_evict:
+  description: The pods the drain evicts or, with O(dry_run), would evict.
+  returned: when O(state=drain)
+  type: list
+  elements: str
+  sample: [default/web-5c6b8-x2x7p]
+ignored:
+  description: Pods left on the node, with the reason (DaemonSet-managed, mirror pod).
+  returned: when O(state=drain)
+  type: list
+  elements: dict
+  sample: [{pod: kube-system/nvidia-device-plugin-daemonset-7xk2p, reason: DaemonSet-managed}]
+refused:
+  description: Pods that made the drain fail before any eviction, with the option that would allow them.
+  returned: when O(state=drain)
+  type: list
+  elements: dict
+  sample: [{pod: default/scratch, reason: "pod with local storage (emptyDir; delete_emptydir_data: true to evict
+    it and lose the data)"}]
+blocked:
+  description:
+    - Pods held back by PodDisruptionBudgets, each with the budgets (name, namespace, disruptions_allowed) and
+      the last answer of the API. With O(dry_run), the pods the budgets would hold back now.
+  returned: when O(state=drain)
+  type: list
+  elements: dict
+  sample: [{pod: default/web-0, pdbs: [{name: web, namespace: default, disruptions_allowed: 0}],
+            message: "Cannot evict pod as it would violate the pod's disruption budget."}]
+waited_for_budget:
+  description: The pods whose eviction had to wait for their PodDisruptionBudget to allow a disruption (or that a
+    budget refused at least once).
+  returned: when O(state=drain) and pods were evicted
+  type: list
+  elements: str
+  sample: [default/web-5c6b8-x2x7p]
+pdbs:
+  description: With O(dry_run), every PodDisruptionBudget covering pods of the drain, the pods it covers and
+    whether it would hold some back now (C(would_block)).
+  returned: when O(state=drain) and O(dry_run)
+  type: list
+  elements: dict
+elapsed:
+  description: Seconds the module took.
+  returned: always
+  type: float
+  sample: 12.804
+"""
+
+import functools
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _drain
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes.client import rest as k8s_rest
+except ImportError:
+    k8s_client = k8s_rest = None   # api_client_from_module reports the missing library
+
+MAX_PARALLEL_EVICTIONS = 32
+PDB_RETRY_CAP_S = 5.0
+
+
+class BudgetGate:
+    """The PodDisruptionBudgets as a watch shows them; evictions a budget refused wait here for a disruption.
+
+    A waiter takes one allowed disruption of its budgets, so that N allowed disruptions wake N evictions, not all.
+    """
+
+    def __init__(self, pdbs):
+        self._condition = threading.Condition()
+        self.pdbs = {}
+        self._tokens = {}
+        self.sync(pdbs)
+
+    def sync(self, pdbs):
+        with self._condition:
+            self.pdbs = {_drain.pdb_key(pdb): pdb for pdb in pdbs}
+            self._tokens = {key: _drain.disruptions_allowed(pdb) for key, pdb in self.pdbs.items()}
+            self._condition.notify_all()
+
+    def update(self, event_type, pdb):
+        key = _drain.pdb_key(pdb)
+        with self._condition:
+            if event_type == "DELETED":
+                self.pdbs.pop(key, None)
+                self._tokens[key] = 1    # no budget left to refuse
+            else:
+                self.pdbs[key] = pdb
+                self._tokens[key] = _drain.disruptions_allowed(pdb)
+            self._condition.notify_all()
+
+    def current(self):
+        with self._condition:
+            return list(self.pdbs.values())
+
+    def wait(self, keys, timeout, stop):
+        """Take one allowed disruption of ``keys``, waiting for one up to ``timeout``; True when it had to wait."""
+        deadline = time.monotonic() + timeout
+        waited = False
+        with self._condition:
+            while not stop.is_set():
+                if any(self._tokens.get(key, 0) > 0 for key in keys):
+                    for key in keys:
+                        self._tokens[key] = self._tokens.get(key, 0) - 1
+                    return waited
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return True
+                waited = True
+                self._condition.wait(min(remaining, 0.5))
+        return waited
+
+    def wake_all(self):
+        with self._condition:
+            self._condition.notify_all()
+
+
+class Drain:
+    """One drain: parallel evictions with PDB-aware retries; a list+watch of the node's pods sees them go and one of
+    the PodDisruptionBudgets wakes the evictions they refused. Watches and evictions report on one queue."""
+
+    def __init__(self, module, api, node_name, pods, pdbs, deadline):
+        self.params = module.params
+        self.api = api
+        self.core = k8s_client.CoreV1Api(api)
+        self.node_name = node_name
+        self.pods = {_drain.pod_key(pod): pod for pod in pods}
+        self.pending = {key: pod["metadata"]["uid"] for key, pod in self.pods.items()}
+        self.evicted = set()
+        self.waited = set()       # pods whose eviction waited for a disruption budget (or was refused by one)
+        self.errors = {}          # pod key (or watch name) -> message of a failure that is not retried
+        self.last_answer = {}     # pod key -> last message of a refused eviction
+        self.gate = BudgetGate(pdbs)
+        self.deadline = deadline
+        self.stop = threading.Event()
+        self.events = queue.Queue()
+
+    def remaining(self):
+        return self.deadline - time.monotonic()
+
+    # --- evictions (worker threads) ----------------------------------------------------------------------------
+    def _delete_options(self, uid):
+        return k8s_client.V1DeleteOptions(grace_period_seconds=self.params["grace_period"],
+                                          preconditions=k8s_client.V1Preconditions(uid=uid))
+
+    def _evict_once(self, pod):
+        name, namespace, uid = pod["metadata"]["name"], pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        if self.params["disable_eviction"]:
+            self.core.delete_namespaced_pod(name, namespace, body=self._delete_options(uid))
+        else:
+            body = k8s_client.V1Eviction(metadata=k8s_client.V1ObjectMeta(name=name, namespace=namespace),
+                                         delete_options=self._delete_options(uid))
+            self.core.create_namespaced_pod_eviction(name, namespace, body)
+
+    def evict(self, key):
+        pod = self.pods[key]
+        pdbs = _drain.pdbs_of_pod(pod, self.gate.current())
+        budgets = [_drain.pdb_key(pdb) for pdb in pdbs]
+        if len(pdbs) == 1 and _drain.needs_budget(pod, pdbs[0]):
+            # take one of the disruptions the budget allows before asking: evictions beyond them would only be
+            # refused with 429 (at most PDB_RETRY_CAP_S of waiting when the budget's status is behind)
+            if self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop):
+                self.waited.add(key)
+        attempt = 0
+        while not self.stop.is_set() and self.remaining() > 0:
+            try:
+                self._evict_once(pod)
+                self.events.put(("eviction", "EVICTED", key))
+                return
+            except Exception as error:       # ApiException, connection errors
+                code, reason, message = status_of(error)
+                # 409: the UID precondition failed, the pod of that UID is gone
+                outcome = "gone" if code == 409 else _drain.eviction_outcome(code, reason)
+                if outcome == "gone":
+                    self.events.put(("eviction", "GONE", key))
+                    return
+                self.last_answer[key] = _drain.refusal_text(message, code, getattr(error, "body", None))
+                if outcome == "error":
+                    self.events.put(("eviction", "ERROR", (key, api_error_message(error, "evict %s" % key))))
+                    return
+            attempt += 1
+            self.waited.add(key)
+            if budgets:
+                self.gate.wait(budgets, min(PDB_RETRY_CAP_S, self.remaining()), self.stop)
+            else:
+                self.stop.wait(min(_drain.retry_delay(attempt), max(0.0, self.remaining())))
+
+    # --- the whole run (main thread: the only reader of the queue) ---------------------------------------------
+    def _apply(self, source, kind, payload):
+        if source == "eviction":
+            if kind == "EVICTED":
+                self.evicted.add(payload)
+            elif kind == "GONE":
+                self.pending.pop(payload, None)
+            else:
+                self.errors[payload[0]] = payload[1]
+        elif kind == "FAILED":
+            self.errors[source] = payload
+        elif source == "pods":
+            gone = _drain.gone_after_list(payload, self.pending) if kind == "SYNC" else \
+                _drain.gone_after_event(kind, payload, self.pending)
+            for key in gone:
+                self.pending.pop(key, None)
+        elif kind == "SYNC":
+            self.gate.sync(payload)
+        else:
+            self.gate.update(kind, payload)
+
+    def run(self):
+        """Evict every pod and wait until they are gone or the deadline passes; returns the keys still pending."""
+        until = time.time() + self.remaining()
+        watchers = [
+            ListWatch("pods", functools.partial(self.core.list_pod_for_all_namespaces,
+                                                field_selector="spec.nodeName=" + self.node_name), self.events),
+            ListWatch("pdbs", k8s_client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+                      self.events)]
+        for watcher in watchers:
+            watcher.start(until)
+        executor = ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_EVICTIONS, len(self.pods))))
+        for key in sorted(self.pods):
+            executor.submit(self.evict, key)
+        try:
+            while any(key not in self.errors for key in self.pending) and self.remaining() > 0 \
+                    and "pods" not in self.errors:
+                try:
+                    self._apply(*self.events.get(timeout=min(1.0, max(0.01, self.remaining()))))
+                except queue.Empty:
+                    continue
+        finally:
+            self.stop.set()
+            self.gate.wake_all()
+            for watcher in watchers:
+                watcher.stop()
+            executor.shutdown(wait=True)
+        while not self.events.empty():
+            self._apply(*self.events.get_nowait())
+        return sorted(self.pending)
+
+
+def read_node(module, core, name):
+    try:
+        return core.api_client.sanitize_for_serialization(core.read_node(name))
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "read node %s" % name))
+
+
+def patch_node(module, core, name, patch, result):
+    try:
+        return core.api_client.sanitize_for_serialization(core.patch_node(name, patch))
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "patch node %s" % name), **result)
+
+
+def missing_daemonsets(module, apps, pods):
+    missing = set()
+    for namespace, name in sorted(_drain.daemonsets_to_check(pods)):
+        try:
+            apps.read_namespaced_daemon_set(name, namespace)
+        except Exception as error:
+            if status_of(error)[0] != 404:
+                module.fail_json(msg=api_error_message(error, "read DaemonSet %s/%s" % (namespace, name)))
+            missing.add((namespace, name))
+    return missing
+
+
+def list_node_pods(module, core, name):
+    try:
+        return list_json(core.list_pod_for_all_namespaces, field_selector="spec.nodeName=" + name,
+                         label_selector=module.params["pod_selector"] or None)[0]
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "list the pods of node %s" % name))
+
+
+def list_pdbs(module, policy):
+    try:
+        return list_json(policy.list_pod_disruption_budget_for_all_namespaces)[0]
+    except Exception as error:
+        module.fail_json(msg=api_error_message(error, "list PodDisruptionBudgets"))
+
+
+def cordon(module, core, node, reason, result):
+    patch = _drain.cordon_patch(node, format_time(time.time()), reason)
+    if patch is None:
+        return node, False
+    if module.check_mode or module.params["dry_run"]:
+        return node, True
+    return patch_node(module, core, node["metadata"]["name"], patch, result), True
+
+
+def run_uncordon(module, core, node, result):
+    plan = _drain.uncordon_plan(node, force=module.params["force"])
+    if plan["warning"]:
+        module.warn(plan["warning"])
+    result["uncordoned"] = plan["uncordoned"]
+    result["unschedulable"] = _drain.is_unschedulable(node) and not plan["uncordoned"]
+    if plan["patch"] is not None:
+        result["changed"] = True
+        if not (module.check_mode or module.params["dry_run"]):
+            patch_node(module, core, node["metadata"]["name"], plan["patch"], result)
+
+
+def run_drain(module, api, core, node, reason, started, result):
+    name = module.params["name"]
+    dry_run = module.check_mode or module.params["dry_run"]
+    policy = k8s_client.PolicyV1Api(api)
+    apps = k8s_client.AppsV1Api(api)
+    record_before = _drain.cordon_record(node)
+    node, result["changed"] = cordon(module, core, node, reason, result)
+    result["unschedulable"] = True
+    pods = list_node_pods(module, core, name)
+    plan = _drain.classify_pods(pods, ignore_daemonsets=module.params["ignore_daemonsets"],
+                                delete_emptydir_data=module.params["delete_emptydir_data"],
+                                force=module.params["force"], missing_daemonsets=missing_daemonsets(module, apps, pods))
+    result.update(ignored=plan["ignored"], refused=plan["refused"], evicted=[], blocked=[],
+                  pods_to_evict=sorted(_drain.pod_key(pod) for pod in plan["evict"]))
+    if plan["refused"]:
+        undo = _drain.undo_cordon_patch(node, record_before)
+        if undo is not None and not dry_run:
+            patch_node(module, core, name, undo, result)
+        result["unschedulable"] = _drain.is_unschedulable(node) if undo is None else \
+            bool(undo.get("spec") is None and _drain.is_unschedulable(node))
+        result["changed"] = False
+        module.fail_json(msg=_drain.refusal_message(name, plan["refused"]), **result)
+    pdbs = list_pdbs(module, policy)
+    if dry_run:
+        report = _drain.budget_report(plan["evict"], pdbs)
+        result.update(blocked=report["blocked"], pdbs=report["pdbs"])
+        result["changed"] = result["changed"] or bool(plan["evict"])
+        return
+    if not plan["evict"]:
+        return
+    result["changed"] = True
+    # one connection per parallel eviction plus the two watches (the client's default pool is 5 x CPUs)
+    api.configuration.connection_pool_maxsize = min(MAX_PARALLEL_EVICTIONS, len(plan["evict"])) + 2
+    api.rest_client = k8s_rest.RESTClientObject(api.configuration)
+    drain = Drain(module, api, name, plan["evict"], pdbs, started + module.params["timeout"])
+    pending = drain.run()
+    result["evicted"] = sorted(set(result["pods_to_evict"]) - set(pending))
+    result["waited_for_budget"] = sorted(drain.waited)
+    if not pending:
+        return
+    pending_pods = [drain.pods[key] for key in pending]
+    result["blocked"] = _drain.blocked_pods(pending_pods, drain.gate.current(), drain.last_answer, drain.evicted)
+    errors = {key: message for key, message in drain.errors.items() if key in pending or key in ("pods", "pdbs")}
+    if errors:
+        message = "drain of %s failed, node left cordoned: %s" % (name, "; ".join(errors[key] for key in sorted(errors)))
+    else:
+        message = _drain.timeout_reason(name, module.params["timeout"], result["blocked"])
+    patch_node(module, core, name, _drain.reason_patch(message), result)
+    result["elapsed"] = round(time.monotonic() - started, 3)
+    module.fail_json(msg=message, **result)
+
+
+def main():
+    argument_spec = dict(
+        K8S_AUTH_ARG_SPEC,
+        name=dict(type="str", required=True),
+        state=dict(type="str", default="drain", choices=["cordon", "drain", "uncordon"]),
+        ignore_daemonsets=dict(type="bool", default=True),
+        delete_emptydir_data=dict(type="bool", default=False),
+        force=dict(type="bool", default=False),
+        grace_period=dict(type="int"),
+        pod_selector=dict(type="str"),
+        timeout=dict(type="int", default=300),
+        dry_run=dict(type="bool", default=False),
+        disable_eviction=dict(type="bool", default=False),
+        reason=dict(type="str"),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % params["timeout"])
+    if params["grace_period"] is not None and params["grace_period"] < 0:
+        module.fail_json(msg="grace_period must be 0 or more seconds, got %d" % params["grace_period"])
+    started = time.monotonic()
+    api = api_client_from_module(module)
+    core = k8s_client.CoreV1Api(api)
+    result = dict(changed=False, node=params["name"], dry_run=bool(params["dry_run"] or module.check_mode))
+    node = read_node(module, core, params["name"])
+    # without a reason given, a cordon of ours keeps the reason it has (re-running a drain changes nothing)
+    reason = params["reason"] or (None if _drain.cordon_record(node) else "%s by %s" % (
+        "drained" if params["state"] == "drain" else "cordoned", _drain.CORDONED_BY))
+    if params["state"] == "uncordon":
+        run_uncordon(module, core, node, result)
+    elif params["state"] == "cordon":
+        node, result["changed"] = cordon(module, core, node, reason, result)
+        result["unschedulable"] = True
+    else:
+        run_drain(module, api, core, node, reason, started, result)
+    result["elapsed"] = round(time.monotonic() - started, 3)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

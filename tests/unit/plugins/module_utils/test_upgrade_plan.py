@@ -1,0 +1,326 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Tests for the driver upgrade runbook's planner: validation, batches, budget, window, records, resume."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as plan
+
+NODES8 = ["gpu-node-%02d" % number for number in range(1, 9)]
+
+
+def node(name, ready=True, cordoned=False, labels=None, annotations=None, gpus=8):
+    return {
+        "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {"capacity": {"nvidia.com/gpu": str(gpus)} if gpus else {},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def valid(**overrides):
+    arguments = dict(driver_version="615.71.09", cluster_name="lab", targets=list(NODES8), known_nodes=NODES8,
+                     batches=[1, "25%"])
+    arguments.update(overrides)
+    return plan.validate_inputs(**arguments)
+
+
+# --------------------------------------------------------------------------- validation
+
+def test_good_inputs_have_no_errors():
+    assert valid() == []
+    assert valid(canary_nodes=["gpu-node-03"], max_unavailable="25%", soak_seconds={"canary": 600, "batch": 60},
+                 maintenance_window={"days": ["sat", "sun"], "start": "22:00", "end": "04:00",
+                                     "timezone": "Europe/Berlin"}) == []
+
+
+def test_every_bad_input_is_named_at_once():
+    errors = valid(driver_version="615.71.09; reboot", cluster_name="", targets=["gpu-node-01", "node$(id)"],
+                   batches=[1, "125%", 0, "x"], canary_nodes=["gpu-node-09"], max_unavailable=0,
+                   max_fail_percentage=150, soak_seconds=-1)
+    text = "\n".join(errors)
+    assert "gpuops_driver_version '615.71.09; reboot'" in text
+    assert "gpuops_cluster_name" in text
+    assert "'node$(id)'" in text
+    assert "'125%', 0, 'x'" in text
+    assert "gpuops_canary_nodes are not among the target nodes: gpu-node-09" in text
+    assert "gpuops_max_unavailable" in text
+    assert "gpuops_max_fail_percentage" in text
+    assert "gpuops_soak_seconds" in text
+    assert len(errors) == 8
+
+
+@pytest.mark.parametrize("version", ["615.71.09", "550.54.15", "535.104.05", "470.74"])
+def test_real_driver_versions_are_accepted(version):
+    assert valid(driver_version=version) == []
+
+
+@pytest.mark.parametrize("version", ["615", "v615.71.09", "615.71.09-1", "latest", "", None, 615.71])
+def test_malformed_versions_are_refused(version):
+    assert any("gpuops_driver_version" in error for error in valid(driver_version=version))
+
+
+def test_unknown_and_duplicate_nodes_are_refused():
+    errors = valid(targets=["gpu-node-01", "gpu-node-01", "gpu-node-77"])
+    assert "nodes listed twice: gpu-node-01" in errors
+    assert "nodes the cluster does not have: gpu-node-77" in errors
+
+
+def test_batches_must_be_a_list():
+    assert any("non-empty list" in error for error in valid(batches="25%"))
+    assert any("non-empty list" in error for error in valid(batches=[]))
+    assert any("counts >= 1" in error for error in valid(batches=[True]))
+
+
+def test_bad_maintenance_window_is_explained():
+    errors = valid(maintenance_window={"days": ["someday"], "start": "25:00", "end": "4", "timezone": "Mars/Base",
+                                       "every": 2})
+    text = "\n".join(errors)
+    for expected in ("unknown keys: every", ".days", ".start", ".end", "'Mars/Base'"):
+        assert expected in text
+
+
+# --------------------------------------------------------------------------- counts and batches
+
+@pytest.mark.parametrize("value,total,round_up,expected", [
+    (3, 8, True, 3), ("3", 8, False, 3), ("25%", 8, True, 2), ("25%", 10, True, 3), ("25%", 10, False, 2),
+    ("100%", 16, True, 16), ("0%", 16, True, 0),
+])
+def test_scale_count(value, total, round_up, expected):
+    assert plan.scale_count(value, total, round_up) == expected
+
+
+def test_budget_never_below_one():
+    assert plan.max_unavailable_nodes("10%", 4) == 1
+    assert plan.max_unavailable_nodes("25%", 16) == 4
+    assert plan.max_unavailable_nodes(2, 16) == 2
+
+
+def test_default_batches_are_the_canary_then_quarters():
+    assert plan.plan_batches(NODES8, [1, "25%"]) == [
+        ["gpu-node-01"], ["gpu-node-02", "gpu-node-03"], ["gpu-node-04", "gpu-node-05"],
+        ["gpu-node-06", "gpu-node-07"], ["gpu-node-08"]]
+
+
+def test_named_canary_goes_first_and_the_rest_keep_inventory_order():
+    batches = plan.plan_batches(NODES8, [1, 3, 4], canary_nodes=["gpu-node-05"])
+    assert batches == [["gpu-node-05"], ["gpu-node-01", "gpu-node-02", "gpu-node-03"],
+                       ["gpu-node-04", "gpu-node-06", "gpu-node-07", "gpu-node-08"]]
+
+
+def test_every_target_is_planned_exactly_once():
+    for batches in ([1], [2, "50%"], [1, "10%", 3], ["100%"]):
+        planned = plan.plan_batches(NODES8, batches)
+        flat = [name for batch in planned for name in batch]
+        assert sorted(flat) == NODES8 and len(flat) == len(set(flat))
+
+
+def test_spread_takes_one_node_per_failure_domain_while_others_have_nodes_left():
+    domain_of = {name: "rack-a" if index < 6 else "rack-b" for index, name in enumerate(NODES8)}
+    batches = plan.plan_batches(NODES8, [1, 3], domain_of=domain_of)
+    for batch in batches:
+        domains = [domain_of[name] for name in batch]
+        remaining_domains = set(domain_of[name] for later in batches[batches.index(batch):] for name in later)
+        if len(remaining_domains) > 1:
+            assert len(domains) == len(set(domains)), batch
+    assert sorted(name for batch in batches for name in batch) == NODES8
+    # once rack-b is done, rack-a's last nodes may share a batch
+    assert batches == [["gpu-node-01"], ["gpu-node-02", "gpu-node-07"], ["gpu-node-03", "gpu-node-08"],
+                       ["gpu-node-04", "gpu-node-05", "gpu-node-06"]]
+
+
+# --------------------------------------------------------------------------- budget and blockers
+
+def test_nodes_out_by_anyone_count_against_the_budget():
+    nodes = [node("gpu-node-01"), node("gpu-node-02", cordoned=True), node("gpu-node-03", ready=False),
+             node("gpu-node-04", cordoned=True, ready=False)]
+    assert plan.unavailable_nodes(nodes) == {"gpu-node-02": "cordoned", "gpu-node-03": "NotReady",
+                                             "gpu-node-04": "cordoned and NotReady"}
+    assert plan.budget_left(4, nodes) == 1
+    assert plan.budget_left(4, nodes, in_flight=["gpu-node-01"]) == 0
+    assert plan.budget_left(2, nodes) == 0
+
+
+def test_operator_upgrade_and_kured_lock_on_targets_block():
+    nodes = [node("gpu-node-01", labels={plan.OPERATOR_STATE_LABEL: "drain-required"}),
+             node("gpu-node-02", labels={plan.OPERATOR_STATE_LABEL: "upgrade-done"}),
+             node("cpu-node-01", labels={plan.OPERATOR_STATE_LABEL: "drain-required"})]
+    kured = {"metadata": {"name": "kured", "namespace": "kube-system", "annotations": {
+        plan.KURED_LOCK_ANNOTATION: json.dumps({"nodeID": "gpu-node-02", "unschedulable": False})}}}
+    found = plan.other_upgraders(nodes, ["gpu-node-01", "gpu-node-02"], [kured])
+    assert [(entry["node"], "GPU Operator" in entry["reason"], "kured" in entry["reason"]) for entry in found] == [
+        ("gpu-node-01", True, False), ("gpu-node-02", False, True)]
+
+
+def test_kured_multi_lock_and_garbage_annotations():
+    multi = {"metadata": {"name": "kured", "annotations": {plan.KURED_LOCK_ANNOTATION: json.dumps(
+        {"maxOwners": 2, "locks": [{"nodeID": "gpu-node-03"}, {"nodeID": "cpu-1"}]})}}}
+    garbage = {"metadata": {"name": "kured2", "annotations": {plan.KURED_LOCK_ANNOTATION: "not json"}}}
+    found = plan.other_upgraders([], ["gpu-node-03"], [multi, garbage])
+    assert [entry["node"] for entry in found] == ["gpu-node-03"]
+
+
+# --------------------------------------------------------------------------- maintenance window
+
+def utc(*args):
+    return datetime.datetime(*args, tzinfo=datetime.timezone.utc)
+
+
+def test_window_over_midnight_belongs_to_the_day_it_starts():
+    window = {"days": ["sat"], "start": "22:00", "end": "04:00", "timezone": "UTC"}
+    assert plan.in_maintenance_window(window, utc(2026, 12, 5, 23, 0))      # Saturday 23:00
+    assert plan.in_maintenance_window(window, utc(2026, 12, 6, 3, 59))      # Sunday 03:59, Saturday's window
+    assert not plan.in_maintenance_window(window, utc(2026, 12, 6, 4, 0))
+    assert not plan.in_maintenance_window(window, utc(2026, 12, 6, 23, 0))  # Sunday night is not listed
+
+
+def test_window_honours_its_time_zone():
+    window = {"days": ["thu"], "start": "09:00", "end": "17:00", "timezone": "America/New_York"}
+    assert not plan.in_maintenance_window(window, utc(2026, 12, 3, 13, 0))  # 08:00 in New York
+    assert plan.in_maintenance_window(window, utc(2026, 12, 3, 14, 0))      # 09:00 in New York
+
+
+def test_no_window_is_always_open():
+    assert plan.in_maintenance_window(None, utc(2026, 12, 3, 3, 0))
+
+
+# --------------------------------------------------------------------------- records and resume
+
+def test_record_round_trip_through_the_annotation():
+    value = plan.dump_record({"state": "rebooting", "from": "595.91.07", "to": "615.71.09", "run_id": "run-1",
+                              "boot_id_before": "b1", "cordoned_by_us": True})
+    record = plan.parse_record(node("n", annotations={plan.RECORD_ANNOTATION: value}))
+    assert record == {"state": "rebooting", "from": "595.91.07", "to": "615.71.09", "run_id": "run-1",
+                      "boot_id_before": "b1", "cordoned_by_us": True}
+    assert plan.parse_record(node("n", annotations={plan.RECORD_ANNOTATION: "{broken"})) is None
+    with pytest.raises(ValueError):
+        plan.dump_record({"state": "sleeping", "from": "1", "to": "2", "run_id": "r"})
+
+
+@pytest.mark.parametrize("state,loaded,boot_id,expected", [
+    (None, "595.91.07", "b1", "start"),
+    (None, "615.71.09", "b1", "skip"),
+    ("draining", "595.91.07", "b1", "continue"),
+    ("installing", "595.91.07", "b1", "continue"),
+    ("rebooting", "595.91.07", "b1", "reboot"),       # the reboot never happened
+    ("rebooting", "615.71.09", "b2", "verify"),       # rebooted: never reboot twice
+    ("verifying", "615.71.09", "b2", "verify"),
+    ("done", "615.71.09", "b2", "skip"),
+    ("failed", "595.91.07", "b2", "failed"),
+])
+def test_resume_continues_from_the_record(state, loaded, boot_id, expected):
+    record = None
+    if state:
+        record = {"state": state, "from": "595.91.07", "to": "615.71.09", "run_id": "run-1", "boot_id_before": "b1"}
+    assert plan.resume_action(record, "615.71.09", loaded, boot_id) == expected
+
+
+def test_a_record_for_another_target_starts_over():
+    record = {"state": "done", "from": "580.1.1", "to": "595.91.07", "run_id": "run-0"}
+    assert plan.resume_action(record, "615.71.09", "595.91.07", "b") == "start"
+
+
+def test_plan_skips_nodes_at_target_and_names_blockers():
+    gfd = plan.GFD_DRIVER_LABEL
+    nodes = [node(name, labels={gfd: "595.91.07"}) for name in NODES8[:4]]
+    nodes[1]["metadata"]["labels"][gfd] = "615.71.09"
+    nodes[2]["spec"]["unschedulable"] = True
+    nodes.append(node("cpu-node-01", gpus=0))
+    result = plan.build_plan(NODES8[:4], nodes, "615.71.09", [1, "50%"], max_unavailable="50%")
+    assert result["skipped"] == [{"node": "gpu-node-02", "reason": "already at 615.71.09"}]
+    assert result["blockers"] == [{"node": "gpu-node-03", "reason": "already cordoned (not by this roll-out)"}]
+    assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-03", "gpu-node-04"]]
+    assert result["batches"][0]["kind"] == "canary"
+    assert result["max_unavailable"] == 2
+    assert result["unavailable_now"] == {"gpu-node-03": "cordoned"}
+    assert result["nodes"]["gpu-node-01"]["current_version"] == "595.91.07"
+
+
+# --------------------------------------------------------------------------- the gate before each batch
+
+def lease(pause=None):
+    return {"metadata": {"name": "gpuops-nvidia-rollout", "annotations": {plan.PAUSE_ANNOTATION: pause} if pause
+                         else {}}}
+
+
+def test_batch_gate_passes_within_budget():
+    nodes = [node(name) for name in NODES8]
+    verdict = plan.batch_gate(nodes, ["gpu-node-01", "gpu-node-02"], "25%", lease=lease())
+    assert verdict["ok"] and verdict["max_unavailable"] == 2 and verdict["reasons"] == []
+
+
+def test_batch_gate_counts_nodes_out_by_others_but_not_our_own_twice():
+    nodes = [node(name) for name in NODES8]
+    nodes[7]["spec"]["unschedulable"] = True            # someone else's cordon
+    nodes[0]["spec"]["unschedulable"] = True            # ours, from an interrupted run
+    verdict = plan.batch_gate(nodes, ["gpu-node-01"], 2)
+    assert verdict["ok"]
+    verdict = plan.batch_gate(nodes, ["gpu-node-01", "gpu-node-02"], 2)
+    assert not verdict["ok"]
+    assert verdict["reasons"] == ["budget spent: 3 GPU node(s) would be out, max_unavailable allows 2; "
+                                  "out now: gpu-node-08 (cordoned)"]
+
+
+def test_cpu_nodes_do_not_count():
+    nodes = [node("gpu-node-01"), node("cpu-node-01", gpus=0, cordoned=True)]
+    assert plan.batch_gate(nodes, ["gpu-node-01"], 1)["ok"]
+
+
+def test_pause_and_window_are_reasons_too():
+    nodes = [node("gpu-node-01")]
+    window = {"days": ["sat"], "start": "22:00", "end": "04:00"}
+    verdict = plan.batch_gate(nodes, ["gpu-node-01"], 1, window, utc(2026, 12, 3, 12, 0),
+                              lease("alice: waiting for the quarterly training run"))
+    assert not verdict["ok"]
+    assert verdict["paused"] == {"by": "alice", "reason": "waiting for the quarterly training run"}
+    assert verdict["reasons"][0].startswith("paused by alice: waiting for the quarterly training run")
+    assert verdict["reasons"][1] == "outside the maintenance window 22:00-04:00 UTC on sat"
+    assert plan.pause_of(lease("stop")) == ("someone", "stop")
+
+
+def test_a_node_left_cordoned_by_our_interrupted_run_is_resumed_not_blocked():
+    record = json.dumps({"state": "verifying", "from": "595.91.07", "to": "615.71.09", "run_id": "r",
+                         "boot_id_before": "b1"})
+    nodes = [node("gpu-node-01", cordoned=True, annotations={plan.RECORD_ANNOTATION: record},
+                  labels={plan.GFD_DRIVER_LABEL: "615.71.09"}), node("gpu-node-02")]
+    result = plan.build_plan(["gpu-node-01", "gpu-node-02"], nodes, "615.71.09", [1, 1])
+    assert result["blockers"] == []
+    assert result["nodes"]["gpu-node-01"]["action"] == "verify"
+    assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-02"]]
+
+
+# --------------------------------------------------------------------------- what the drains will meet
+
+def pod(name, node_name, labels=None, owner="ReplicaSet", empty_dir=False, namespace="ml"):
+    spec = {"nodeName": node_name, "containers": [{"name": "c"}]}
+    if empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    metadata = {"name": name, "namespace": namespace, "labels": dict(labels or {}), "uid": "uid-" + name}
+    if owner:
+        metadata["ownerReferences"] = [{"kind": owner, "name": "owner", "controller": True}]
+    return {"metadata": metadata, "spec": spec,
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_drain_preview_names_refused_pods_and_pdbs_that_would_wait():
+    pods = [pod("train-0", "gpu-node-01", labels={"app": "train"}),
+            pod("scratch", "gpu-node-01", empty_dir=True),
+            pod("bare", "gpu-node-02", owner=None),
+            pod("elsewhere", "cpu-node-01", owner=None)]
+    pdbs = [{"metadata": {"name": "train", "namespace": "ml"},
+             "spec": {"selector": {"matchLabels": {"app": "train"}}}, "status": {"disruptionsAllowed": 0}}]
+    preview = plan.drain_preview(["gpu-node-01", "gpu-node-02"], pods, pdbs)
+    reasons = [(entry["node"], entry["reason"].split(":")[0]) for entry in preview["blockers"]]
+    assert reasons == [("gpu-node-01", "a drain would refuse pod ml/scratch"),
+                       ("gpu-node-02", "a drain would refuse pod ml/bare")]
+    assert preview["pdb_waits"] == [{"node": "gpu-node-01", "pdb": "ml/train", "disruptions_allowed": 0,
+                                     "pods": ["ml/train-0"]}]
+    allowed = plan.drain_preview(["gpu-node-01"], pods, pdbs, delete_emptydir_data=True)
+    assert allowed["blockers"] == []

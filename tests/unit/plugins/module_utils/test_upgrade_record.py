@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Tests for the roll-out's node annotations: the record and the remediation exclusions it saves and restores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION
+from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import (
+    REMEDIATION_EXCLUSIONS, clear_patch, current_record, record_patch)
+
+MEDIK8S = "remediation.medik8s.io/exclude-from-remediation"
+CAPI = "cluster.x-k8s.io/skip-remediation"
+
+
+def node(annotations=None):
+    return {"metadata": {"name": "gpu-node-01", "annotations": dict(annotations or {})}}
+
+
+def apply(target, patch):
+    annotations = target["metadata"]["annotations"]
+    for key, value in patch.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    return target
+
+
+def test_entering_maintenance_excludes_from_remediation_and_saves_what_was_there():
+    target = node({CAPI: "manual-hold"})
+    patch, record = record_patch(target, {"state": "draining", "from": "595.91.07", "to": "615.71.09",
+                                          "run_id": "r1"})
+    assert patch[MEDIK8S] == "true" and patch[CAPI] == ""
+    assert record["saved_annotations"] == {MEDIK8S: None, CAPI: "manual-hold"}
+    apply(target, patch)
+    assert current_record(target)["state"] == "draining"
+
+
+def test_later_steps_keep_the_earlier_fields_and_change_only_the_record():
+    target = node()
+    apply(target, record_patch(target, {"state": "draining", "from": "595.91.07", "to": "615.71.09",
+                                        "run_id": "r1", "cordoned_by_us": True})[0])
+    patch, record = record_patch(target, {"state": "rebooting", "to": "615.71.09", "boot_id_before": "b1"})
+    assert set(patch) == {RECORD_ANNOTATION}
+    assert record["from"] == "595.91.07" and record["cordoned_by_us"] is True and record["boot_id_before"] == "b1"
+
+
+def test_done_restores_the_annotations_exactly_and_a_repeat_changes_nothing():
+    target = node({CAPI: "manual-hold", "other": "kept"})
+    for state in ("draining", "rebooting", "verifying", "done"):
+        apply(target, record_patch(target, {"state": state, "from": "595.91.07", "to": "615.71.09",
+                                            "run_id": "r1"})[0])
+    assert target["metadata"]["annotations"][CAPI] == "manual-hold"
+    assert MEDIK8S not in target["metadata"]["annotations"]
+    assert target["metadata"]["annotations"]["other"] == "kept"
+    assert "saved_annotations" not in current_record(target)
+    patch, _record = record_patch(target, {"state": "done", "to": "615.71.09"})
+    assert patch == {}
+
+
+def test_a_failed_node_stays_excluded_with_its_reason():
+    target = node()
+    apply(target, record_patch(target, {"state": "draining", "from": "1.1", "to": "615.71.09", "run_id": "r"})[0])
+    apply(target, record_patch(target, {"state": "failed", "to": "615.71.09", "reason": "no GPUs after boot"})[0])
+    assert target["metadata"]["annotations"][MEDIK8S] == "true"
+    assert current_record(target)["reason"] == "no GPUs after boot"
+
+
+def test_a_new_target_starts_a_fresh_record():
+    target = node()
+    apply(target, record_patch(target, {"state": "failed", "from": "1.1", "to": "2.2", "run_id": "r",
+                                        "reason": "x"}, exclude_from_remediation=False)[0])
+    _patch, record = record_patch(target, {"state": "draining", "from": "1.1", "to": "615.71.09", "run_id": "r2"})
+    assert "reason" not in record and record["to"] == "615.71.09"
+
+
+def test_unknown_state_is_refused():
+    with pytest.raises(ValueError):
+        record_patch(node(), {"state": "sleeping", "to": "2"})
+
+
+def test_clear_removes_the_record_and_restores():
+    target = node({MEDIK8S: "false"})
+    apply(target, record_patch(target, {"state": "draining", "from": "1.1", "to": "2.2", "run_id": "r"})[0])
+    assert target["metadata"]["annotations"][MEDIK8S] == "true"
+    apply(target, clear_patch(target))
+    assert target["metadata"]["annotations"] == {MEDIK8S: "false"}
+    assert set(REMEDIATION_EXCLUSIONS) == {MEDIK8S, CAPI}
+    assert json.dumps(clear_patch(target)) == "{}"
+
+
+def test_each_state_keeps_the_time_it_was_first_entered():
+    target = node()
+    apply(target, record_patch(target, {"state": "draining", "from": "1.1", "to": "2.2", "run_id": "r"},
+                               now="2026-12-03T03:00:00Z")[0])
+    apply(target, record_patch(target, {"state": "rebooting", "to": "2.2"}, now="2026-12-03T03:05:00Z")[0])
+    _patch, record = record_patch(target, {"state": "rebooting", "to": "2.2"}, now="2026-12-03T03:09:00Z")
+    assert record["steps"] == {"draining": "2026-12-03T03:00:00Z", "rebooting": "2026-12-03T03:05:00Z"}
