@@ -79,7 +79,7 @@ def _subresource_entry(info: dict, subresource: str) -> dict:
 def resource_list(group: str, version: str, served: Optional[Dict[str, dict]] = None) -> Optional[dict]:
     """The APIResourceList of one group version, or None when it is not served."""
     resources = []
-    for _, info in served_infos(resources):
+    for _, info in served_infos(served):
         if (info["group"], info["version"]) != (group, version):
             continue
         entry = {"name": info["plural"], "singularName": info["singular"], "namespaced": info["namespaced"],
