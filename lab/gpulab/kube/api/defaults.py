@@ -25,6 +25,15 @@ def _default_template(obj: dict) -> None:
         _default_pod_spec(template.setdefault("spec", {}))
 
 
+def _default_rolling_update(strategy: dict, rolling_update_defaults: dict) -> None:
+    """Strategy type RollingUpdate by default; its rollingUpdate parameters defaulted only for that type."""
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        rolling_update = strategy.setdefault("rollingUpdate", {})
+        for name, value in rolling_update_defaults.items():
+            rolling_update.setdefault(name, value)
+
+
 def apply_defaults(resource: str, obj: dict) -> None:
     metadata = obj["metadata"]
     if resource == "namespaces":
@@ -39,8 +48,7 @@ def apply_defaults(resource: str, obj: dict) -> None:
     elif resource == "deployments":
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
-        spec.setdefault("strategy", {"type": "RollingUpdate",
-                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        _default_rolling_update(spec.setdefault("strategy", {}), {"maxUnavailable": "25%", "maxSurge": "25%"})
         spec.setdefault("revisionHistoryLimit", 10)
         spec.setdefault("progressDeadlineSeconds", 600)
         _default_template(obj)
@@ -59,8 +67,7 @@ def apply_defaults(resource: str, obj: dict) -> None:
         _default_job(obj)
     elif resource == "daemonsets":
         spec = obj.setdefault("spec", {})
-        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
-                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        _default_rolling_update(spec.setdefault("updateStrategy", {}), {"maxUnavailable": 1, "maxSurge": 0})
         spec.setdefault("revisionHistoryLimit", 10)
         _default_template(obj)
         obj.setdefault("status", {"currentNumberScheduled": 0, "numberMisscheduled": 0,

@@ -31,10 +31,10 @@ _SUBRESOURCE_SHAPES = {
 _CATEGORY_ALL = ("pods", "deployments", "daemonsets", "replicasets", "statefulsets", "services", "jobs")
 
 
-def group_versions() -> List[Tuple[str, str]]:
+def group_versions(resources: Optional[Dict[str, dict]] = None) -> List[Tuple[str, str]]:
     """Every (group, version) served, core first."""
     seen: List[Tuple[str, str]] = []
-    for _, info in served_infos():
+    for _, info in served_infos(resources):
         pair = (info["group"], info["version"])
         if pair not in seen:
             seen.append(pair)
@@ -46,9 +46,9 @@ def core_versions(server_address: str) -> dict:
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
 
 
-def group_list() -> dict:
+def group_list(resources: Optional[Dict[str, dict]] = None) -> dict:
     versions: Dict[str, List[str]] = {}
-    for group, version in group_versions():
+    for group, version in group_versions(resources):
         if group:
             versions.setdefault(group, []).append(version)
     groups = []
@@ -60,8 +60,8 @@ def group_list() -> dict:
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def api_group(group: str) -> Optional[dict]:
-    for entry in group_list()["groups"]:
+def api_group(group: str, resources: Optional[Dict[str, dict]] = None) -> Optional[dict]:
+    for entry in group_list(resources)["groups"]:
         if entry["name"] == group:
             return dict(entry, kind="APIGroup", apiVersion="v1")
     return None
@@ -76,10 +76,10 @@ def _subresource_entry(info: dict, subresource: str) -> dict:
     return entry
 
 
-def resource_list(group: str, version: str) -> Optional[dict]:
+def resource_list(group: str, version: str, served: Optional[Dict[str, dict]] = None) -> Optional[dict]:
     """The APIResourceList of one group version, or None when it is not served."""
     resources = []
-    for _, info in served_infos():
+    for _, info in served_infos(served):
         if (info["group"], info["version"]) != (group, version):
             continue
         entry = {"name": info["plural"], "singularName": info["singular"], "namespaced": info["namespaced"],
@@ -88,6 +88,8 @@ def resource_list(group: str, version: str) -> Optional[dict]:
             entry["shortNames"] = info["shortNames"]
         if info["plural"] in _CATEGORY_ALL:
             entry["categories"] = ["all"]
+        elif info.get("categories"):
+            entry["categories"] = info["categories"]
         entry["storageVersionHash"] = hashlib.sha256(info["kind"].encode()).hexdigest()[:11]
         resources.append(entry)
         resources.extend(_subresource_entry(info, name) for name in info["subresources"])
@@ -149,11 +151,11 @@ def _resource_path(info: dict) -> str:
     return "%s/%s/{name}" % (prefix, info["plural"])
 
 
-def openapi_v3_index() -> dict:
+def openapi_v3_index(resources: Optional[Dict[str, dict]] = None) -> dict:
     paths = {}
-    for group, version in group_versions():
+    for group, version in group_versions(resources):
         key = "apis/%s/%s" % (group, version) if group else "api/v1"
-        paths[key] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (key, _hash(openapi_v3_group(group, version)))}
+        paths[key] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (key, _hash(openapi_v3_group(group, version, resources)))}
     return {"paths": paths}
 
 
@@ -161,10 +163,10 @@ def _hash(document: dict) -> str:
     return hashlib.sha512(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
 
 
-def openapi_v3_group(group: str, version: str) -> Optional[dict]:
+def openapi_v3_group(group: str, version: str, resources: Optional[Dict[str, dict]] = None) -> Optional[dict]:
     schemas: Dict[str, dict] = {"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": _OBJECT_META}
     paths: Dict[str, dict] = {}
-    for _, info in served_infos():
+    for _, info in served_infos(resources):
         if (info["group"], info["version"]) != (group, version):
             continue
         schemas[_openapi_definition_name(info)] = _object_schema(info, "#/components/schemas/")
@@ -175,10 +177,10 @@ def openapi_v3_group(group: str, version: str) -> Optional[dict]:
             "paths": paths, "components": {"schemas": schemas}}
 
 
-def openapi_v2() -> dict:
+def openapi_v2(resources: Optional[Dict[str, dict]] = None) -> dict:
     definitions: Dict[str, dict] = {"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": _OBJECT_META}
     paths: Dict[str, dict] = {}
-    for _, info in served_infos():
+    for _, info in served_infos(resources):
         definitions[_openapi_definition_name(info)] = _object_schema(info, "#/definitions/")
         operation = _patch_operation(info)
         operation["parameters"] = [{"name": parameter["name"], "in": "query", "type": "string", "uniqueItems": True}

@@ -1,7 +1,7 @@
 """What the twin serves: storage key -> API description (group, version, kind, verbs, subresources, names)."""
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Tuple
 
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
@@ -40,12 +40,42 @@ RESOURCES: Dict[str, dict] = {
     "resourceslices": _resource("resource.k8s.io", "v1beta1", "ResourceSlice", False),
     "deviceclasses": _resource("resource.k8s.io", "v1beta1", "DeviceClass", False),
     "resourceclaims": _resource("resource.k8s.io", "v1beta1", "ResourceClaim", True, [], ["status"]),
+    "customresourcedefinitions": _resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", False,
+                                           ["crd", "crds"], ["status"]),
 }
+
+
+def _complete(key: str, info: dict) -> dict:
+    info.setdefault("plural", key.split(".", 1)[0])
+    info["apiVersion"] = "%s/%s" % (info["group"], info["version"]) if info["group"] else info["version"]
+    info.setdefault("listKind", info["kind"] + "List")
+    info.setdefault("singular", info["kind"].lower())
+    return info
+
+
 for _key, _info in RESOURCES.items():
-    _info["plural"] = _key.split(".", 1)[0]
-    _info["apiVersion"] = "%s/%s" % (_info["group"], _info["version"]) if _info["group"] else _info["version"]
-    _info["listKind"] = _info["kind"] + "List"
-    _info["singular"] = _info["kind"].lower()
+    _complete(_key, _info)
+
+# (group, version, plural) -> storage key: what a request path names
+RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
+    (info["group"], info["version"], info["plural"]): key for key, info in RESOURCES.items()}
+
+
+def register_custom(key: str, info: dict) -> None:
+    """Serve a custom resource (``info`` as ``_resource`` makes it, with ``custom: True``). The table is shared
+    by every store of the process; a store answers only for the custom resources of its own CRDs."""
+    info = _complete(key, info)
+    for path_key in [path_key for path_key, known in RESOURCE_KEYS.items() if known == key]:
+        del RESOURCE_KEYS[path_key]
+    RESOURCES[key] = info
+    RESOURCE_KEYS[(info["group"], info["version"], info["plural"])] = key
+
+
+def custom_resource(group: str, version: str, kind: str, namespaced: bool, names: dict, subresources) -> dict:
+    info = _resource(group, version, kind, namespaced, names.get("shortNames") or (), subresources)
+    info.update(custom=True, plural=names["plural"], singular=names.get("singular") or kind.lower(),
+                listKind=names.get("listKind") or kind + "List", categories=list(names.get("categories") or []))
+    return info
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-node-lease", "kube-public")
 

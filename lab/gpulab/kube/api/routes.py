@@ -2,15 +2,17 @@
 subresource a path names, and the typed query parameters the server reads."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 from urllib.parse import unquote
 
 from .errors import ApiError
-from .resources import RESOURCES
-from .versions import served_info, served_infos
+from .resources import RESOURCE_KEYS, RESOURCES
+from .versions import EXTRA_VERSIONS, served_info
 
-_RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
-    (info["group"], info["version"], info["plural"]): key for key, info in served_infos()}
+# (group, version, plural) -> storage key for the versions served besides the storage one (RESOURCE_KEYS has those)
+_EXTRA_VERSION_KEYS: Dict[Tuple[str, str, str], str] = {
+    (RESOURCES[key]["group"], version, RESOURCES[key]["plural"]): key
+    for key, versions in EXTRA_VERSIONS.items() for version in versions}
 
 
 class Route:
@@ -45,7 +47,7 @@ def parse_resource_path(path: str) -> Optional[Route]:
     # /namespaces/<ns>/<resource>... scopes a resource; /namespaces/<ns>/status|finalize are the Namespace's own
     if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
         namespace, rest = rest[1], rest[2:]
-    key = _RESOURCE_KEYS.get((group, version, rest[0]))
+    key = RESOURCE_KEYS.get((group, version, rest[0])) or _EXTRA_VERSION_KEYS.get((group, version, rest[0]))
     if key is None or len(rest) > 3:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     if namespace is not None and not RESOURCES[key]["namespaced"]:

@@ -171,12 +171,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve_non_resource(self, path: str) -> bool:
         path = path.rstrip("/") or "/"
+        served = self.api.store.served_resources   # built-in resources and the store's CRDs, asked when needed
         documents = {
             "/version": lambda: discovery.SERVER_VERSION,
             "/api": lambda: discovery.core_versions("%s:%d" % (self.api.host, self.api.port)),
-            "/apis": discovery.group_list,
-            "/api/v1": lambda: discovery.resource_list("", "v1"),
-            "/openapi/v3": discovery.openapi_v3_index,
+            "/apis": lambda: discovery.group_list(served()),
+            "/api/v1": lambda: discovery.resource_list("", "v1", served()),
+            "/openapi/v3": lambda: discovery.openapi_v3_index(served()),
         }
         if path in documents:
             self._verb = "get"
@@ -190,22 +191,22 @@ class _Handler(BaseHTTPRequestHandler):
             if "protobuf" in accept:
                 self._send_bytes(200, discovery.openapi_v2_protobuf(), OPENAPI_V2_PROTOBUF)
             else:
-                self._send_json(200, discovery.openapi_v2())
+                self._send_json(200, discovery.openapi_v2(served()))
             return True
         parts = path.strip("/").split("/")
         if parts[:2] == ["openapi", "v3"]:
             group, version = ("", "v1") if parts[2:4] == ["api", "v1"] else (
                 (parts[3], parts[4]) if len(parts) == 5 and parts[2] == "apis" else (None, None))
-            document = discovery.openapi_v3_group(group, version) if group is not None else None
+            document = discovery.openapi_v3_group(group, version, served()) if group is not None else None
             if document is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, document)
             return True
         if parts[0] == "apis" and len(parts) in (2, 3):
             if len(parts) == 2:
-                document = discovery.api_group(parts[1])
+                document = discovery.api_group(parts[1], served())
             else:
-                document = discovery.resource_list(parts[1], parts[2])
+                document = discovery.resource_list(parts[1], parts[2], served())
             if document is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send_json(200, document)
@@ -229,7 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.command == "POST":
             self._verb = "create"
             created = store.create(route.resource, to_storage(route.resource, self._json_body(), route.version),
-                                   route.namespace, dry_run=dry_run_requested(query))
+                                   route.namespace, dry_run=dry_run_requested(query),
+                                   field_validation=query_value(query, "fieldValidation"))
             self._send_json(201, self._served(route, created))
         elif self.command == "DELETE":
             self._verb = "deletecollection"
@@ -379,15 +381,17 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL"
                                " (%s)" % (body["metadata"]["name"], route.name))
             body.setdefault("metadata", {})["name"] = route.name
-            self._send_json(200, self._served(route, store.update(route.resource, body, route.namespace,
-                                                                  route.subresource, dry_run=dry_run)))
+            self._send_json(200, self._served(route, store.update(
+                route.resource, body, route.namespace, route.subresource, dry_run=dry_run,
+                field_validation=query_value(query, "fieldValidation"))))
         elif self.command == "PATCH":
             self._verb = "patch"
             content_type = self._content_type()
             check_patch_type(content_type)
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
-                                 route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")))
+                                 route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")),
+                                 field_validation=query_value(query, "fieldValidation"))
             self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200,
                             self._served(route, result))
         elif self.command == "DELETE":

@@ -11,25 +11,26 @@ thread that made the change, after the lock is released, in commit order for tha
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
-import json
-import random
-import re
-import string
 import sys
 import threading
 import traceback
 import uuid
-from collections import deque
+from collections import defaultdict, deque
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import eviction as pdb_math
+from .admission import admit_service_account
 from .defaults import apply_defaults
-from .errors import ApiError, conflict, invalid, not_found
-from .patch import APPLY_PATCH, apply_patch_document, check_patch_type, decode_patch
-from .resources import DEFAULT_NAMESPACES, RESOURCES, qualified
+from .concurrency import check_preconditions, check_resource_version
+from .crd import CRD_RESOURCE, admit_custom_object, prepare_crd, resource_info
+from .errors import ApiError, conflict, not_found
+from .names import assign_name
+from .omitempty import prune
+from .paging import decode_continue, encode_continue
+from .patch import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
+from .resources import DEFAULT_NAMESPACES, RESOURCES, qualified, register_custom
 from .selectors import SelectorError, field_selector_name, parse_field_selector, parse_label_selector
 from .timefmt import now_rfc3339
 from .watch import Entry, Event, Watch
@@ -46,12 +47,6 @@ _STATUS_CLEARED_ON_CREATE = {"deployments", "replicasets", "daemonsets", "statef
 # Owner-reference garbage collection only looks here for dependents.
 _DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs")
 
-_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAME_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.',"
-                 " and must start and end with an alphanumeric character (e.g. 'example.com', regex used for"
-                 " validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-
-
 class Store:
     """Thread-safe object store with the semantics of the Kubernetes generic registry."""
 
@@ -62,10 +57,12 @@ class Store:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._rv = 0
-        self._objects: Dict[str, Dict[Tuple[str, str], Entry]] = {key: {} for key in RESOURCES}
-        self._events: Dict[str, deque] = {key: deque() for key in RESOURCES}
-        self._compacted_rv: Dict[str, int] = {key: 0 for key in RESOURCES}
-        self._watches: Dict[str, List[Watch]] = {key: [] for key in RESOURCES}
+        # per resource key; custom resources come and go with their CRDs
+        self._objects: Dict[str, Dict[Tuple[str, str], Entry]] = defaultdict(dict)
+        self._events: Dict[str, deque] = defaultdict(deque)
+        self._compacted_rv: Dict[str, int] = defaultdict(int)
+        self._watches: Dict[str, List[Watch]] = defaultdict(list)
+        self._custom: Dict[str, dict] = {}   # resource key -> API description, for this store's CRDs
         self._subscribers: List[Callable[[str, str, dict], None]] = []
         for name in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": name}})
@@ -108,9 +105,17 @@ class Store:
             return str(self._rv)
 
     def _info(self, resource: str) -> dict:
-        if resource not in RESOURCES:
+        info = RESOURCES.get(resource)
+        if info is None or (info.get("custom") and resource not in self._custom):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return RESOURCES[resource]
+        return self._custom.get(resource, info)
+
+    def served_resources(self) -> Dict[str, dict]:
+        """What this store serves: the built-in resources and those of its CustomResourceDefinitions."""
+        with self._lock:
+            served = {key: info for key, info in RESOURCES.items() if not info.get("custom")}
+            served.update(self._custom)
+            return served
 
     def _key(self, resource: str, name: str, namespace: Optional[str]) -> Tuple[str, str]:
         return (namespace or "") if RESOURCES[resource]["namespaced"] else "", name
@@ -123,6 +128,8 @@ class Store:
 
     def _commit(self, resource: str, event_type: str, obj: dict, old: Optional[Entry],
                 update_pdbs: bool = True) -> Entry:
+        if event_type != "DELETED":
+            prune(resource, obj)
         obj["metadata"]["resourceVersion"] = self._next_rv()
         entry = Entry(obj)
         key = self._key(resource, obj["metadata"]["name"], obj["metadata"].get("namespace"))
@@ -142,17 +149,35 @@ class Store:
         self._local.pending.append((event_type, resource, entry))
         if update_pdbs and resource in _PDB_INPUT_RESOURCES:
             self._refresh_pdb_status(obj["metadata"].get("namespace") or "")
+        if resource == CRD_RESOURCE:
+            self._serve_custom_resource(entry.obj, event_type)
         return entry
+
+    def _serve_custom_resource(self, crd: dict, event_type: str) -> None:
+        """A CRD written: serve its resource (at once, as the twin's CRDs are established at once); deleted:
+        its objects go with it."""
+        key = crd["metadata"]["name"]
+        if event_type != "DELETED":
+            info = resource_info(crd)
+            register_custom(key, info)
+            self._custom[key] = info
+            return
+        for entry in list(self._objects[key].values()):
+            self._commit(key, "DELETED", copy.deepcopy(entry.obj), entry)
+        self._custom.pop(key, None)
 
     # ------------------------------------------------------------ create
 
-    def create(self, resource: str, obj: dict, namespace: Optional[str] = None, dry_run: bool = False) -> dict:
+    def create(self, resource: str, obj: dict, namespace: Optional[str] = None, dry_run: bool = False,
+               field_validation: Optional[str] = None) -> dict:
         info = self._info(resource)
         obj = copy.deepcopy(obj)
         metadata = obj.setdefault("metadata", {})
         with self._mutating():
             namespace = self._resolve_namespace(resource, metadata, namespace)
-            self._assign_name(resource, metadata)
+            if resource == "pods":
+                admit_service_account(obj, namespace, self._service_account_exists)
+            assign_name(resource, metadata)
             if self._key(resource, metadata["name"], namespace) in self._objects[resource]:
                 raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (qualified(resource), metadata["name"]),
                                {"name": metadata["name"], "group": info["group"], "kind": info["plural"]})
@@ -162,15 +187,28 @@ class Store:
                 metadata.pop(field, None)
             metadata["uid"] = str(uuid.uuid4())
             metadata["creationTimestamp"] = now_rfc3339()
-            if resource in _GENERATION_RESOURCES:
+            custom = bool(info.get("custom"))
+            if resource in _GENERATION_RESOURCES or custom:
                 metadata["generation"] = 1
-            if resource in _STATUS_CLEARED_ON_CREATE:
+            if resource in _STATUS_CLEARED_ON_CREATE or (custom and "status" in info["subresources"]):
                 obj.pop("status", None)
             apply_defaults(resource, obj)
+            self._admit_write(resource, info, obj, field_validation)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
-                return obj
-            return self._commit(resource, "ADDED", obj, None).copy()
+                return prune(resource, obj)
+            created = self._commit(resource, "ADDED", obj, None).copy()
+            if resource == "namespaces":
+                self._ensure_default_service_account(metadata["name"])
+            return created
+
+    def _service_account_exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._objects["serviceaccounts"]
+
+    def _ensure_default_service_account(self, namespace: str) -> None:
+        """What kube-controller-manager's serviceaccount controller does: every namespace has ``default``."""
+        if ("", namespace) in self._objects["namespaces"] and not self._service_account_exists(namespace, "default"):
+            self.create("serviceaccounts", {"metadata": {"name": "default", "namespace": namespace}}, namespace)
 
     def _resolve_namespace(self, resource: str, metadata: dict, namespace: Optional[str]) -> Optional[str]:
         if not RESOURCES[resource]["namespaced"]:
@@ -184,16 +222,6 @@ class Store:
             raise not_found("namespaces", namespace)
         metadata["namespace"] = namespace
         return namespace
-
-    def _assign_name(self, resource: str, metadata: dict) -> None:
-        if not metadata.get("name") and metadata.get("generateName"):
-            suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
-            metadata["name"] = metadata["generateName"] + suffix
-        name = metadata.get("name")
-        if not name:
-            raise invalid(resource, "", "metadata.name", "", "name or generateName is required")
-        if len(name) > 253 or not _NAME_PATTERN.match(name):
-            raise invalid(resource, name, "metadata.name", name, _NAME_MESSAGE)
 
     # ------------------------------------------------------------ read
 
@@ -243,18 +271,19 @@ class Store:
             selected = self._select(resource, namespace, label_selector, field_selector)
             list_rv = str(self._rv)
             if continue_token:
-                start, list_rv = _decode_continue(continue_token)
+                start, list_rv = decode_continue(continue_token)
                 selected = [(key, entry) for key, entry in selected if list(key) > start]
             if limit and len(selected) > limit:
                 page = selected[:limit]
-                token = _encode_continue(list(page[-1][0]), list_rv)
+                token = encode_continue(list(page[-1][0]), list_rv)
                 return [entry.raw for _, entry in page], list_rv, token, len(selected) - limit
             return [entry.raw for _, entry in selected], list_rv, None, None
 
     # ------------------------------------------------------------ update and patch
 
     def update(self, resource: str, obj: dict, namespace: Optional[str] = None,
-               subresource: Optional[str] = None, dry_run: bool = False) -> dict:
+               subresource: Optional[str] = None, dry_run: bool = False,
+               field_validation: Optional[str] = None) -> dict:
         info = self._info(resource)
         obj = copy.deepcopy(obj)
         metadata = obj.get("metadata") or {}
@@ -265,21 +294,22 @@ class Store:
                                " namespace sent on the request")
             namespace = namespace or metadata.get("namespace")
             current = self._entry(resource, name, namespace)
-            _check_resource_version(resource, name, current.obj, metadata.get("resourceVersion"))
+            check_resource_version(resource, name, current.obj, metadata.get("resourceVersion"))
             if subresource not in (None, "status"):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
                                                         " resource")
-            new = self._merged_update(resource, info, current.obj, obj, subresource)
+            new = self._merged_update(resource, info, current.obj, obj, subresource, field_validation)
             return self._store_update(resource, current, new, dry_run)
 
     def _merged_update(self, resource: str, info: dict, current: dict, obj: dict,
-                       subresource: Optional[str]) -> dict:
+                       subresource: Optional[str], field_validation: Optional[str] = None) -> dict:
         if subresource == "status":
             new = copy.deepcopy(current)
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
                 new.pop("status", None)
+            self._admit_write(resource, info, new, field_validation)
             return new
         new = _with_type_first(info, obj)
         metadata = new.setdefault("metadata", {})
@@ -295,12 +325,22 @@ class Store:
             else:
                 new.pop("status", None)
         apply_defaults(resource, new)
-        if resource in _GENERATION_RESOURCES and _spec_of(new) != _spec_of(current):
+        self._admit_write(resource, info, new, field_validation)
+        if (resource in _GENERATION_RESOURCES or info.get("custom")) and _spec_of(new) != _spec_of(current):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1
         return new
 
+    @staticmethod
+    def _admit_write(resource: str, info: dict, obj: dict, field_validation: Optional[str] = None) -> None:
+        """What the API server does to a written CRD or custom object after defaulting (422 when invalid)."""
+        if resource == CRD_RESOURCE:
+            prepare_crd(obj)
+        elif info.get("custom"):
+            admit_custom_object(info, obj, field_validation)
+
     def _store_update(self, resource: str, current: Entry, new: dict, dry_run: bool) -> dict:
         new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
+        prune(resource, new)
         if new == current.obj:
             return current.copy()   # a no-op update keeps the resourceVersion, as in the API server
         if dry_run:
@@ -312,23 +352,28 @@ class Store:
         return self._commit(resource, "MODIFIED", new, current).copy()
 
     def patch(self, resource: str, name: str, patch, patch_type: str, namespace: Optional[str] = None,
-              subresource: Optional[str] = None, dry_run: bool = False, force: bool = False) -> dict:
+              subresource: Optional[str] = None, dry_run: bool = False, force: bool = False,
+              field_validation: Optional[str] = None) -> dict:
         """Patch with one of PATCH_TYPES; ``patch`` is a dict/list or its JSON (YAML for apply) text."""
         info = self._info(resource)
         check_patch_type(patch_type)
+        if info.get("custom") and patch_type == STRATEGIC_MERGE_PATCH:
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted"
+                           " media types include: application/json-patch+json, application/merge-patch+json,"
+                           " application/apply-patch+yaml")
         document = decode_patch(patch, patch_type)
         with self._mutating():
             key = self._key(resource, name, namespace)
             if patch_type == APPLY_PATCH and key not in self._objects[resource]:
-                return self.create(resource, document, namespace, dry_run=dry_run)
+                return self.create(resource, document, namespace, dry_run=dry_run, field_validation=field_validation)
             current = self._entry(resource, name, namespace)
             patched = apply_patch_document(current.obj, document, patch_type)
             patched_name = (patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None
             if patched_name != name:
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL (%s)"
                                % (patched_name, name))
-            _check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
-            new = self._merged_update(resource, info, current.obj, patched, subresource)
+            check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
+            new = self._merged_update(resource, info, current.obj, patched, subresource, field_validation)
             return self._store_update(resource, current, new, dry_run)
 
     # ------------------------------------------------------------ delete
@@ -341,7 +386,7 @@ class Store:
         self._info(resource)
         with self._mutating():
             current = self._entry(resource, name, namespace)
-            _check_preconditions(resource, name, current.obj, preconditions)
+            check_preconditions(resource, name, current.obj, preconditions)
             if resource == "namespaces":
                 return self._delete_namespace(current, dry_run)
             if resource == "pods":
@@ -355,6 +400,8 @@ class Store:
             gone = self._commit(resource, "DELETED", copy.deepcopy(current.obj), current)
             if propagation_policy != "Orphan":
                 self._collect_dependents(current.obj)
+            if resource == "serviceaccounts" and name == "default":
+                self._ensure_default_service_account(namespace or "")
             return gone.copy()
 
     def finalize_pod_deletion(self, namespace: str, name: str) -> dict:
@@ -539,36 +586,3 @@ def _with_type_first(info: dict, obj: dict) -> dict:
 
 def _spec_of(obj: dict) -> dict:
     return {key: value for key, value in obj.items() if key not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _check_resource_version(resource: str, name: str, current: dict, wanted_rv) -> None:
-    """Optimistic concurrency: 409 Conflict when a write names a resourceVersion that is not the stored one
-    (a write without one is unconditional)."""
-    if wanted_rv and str(wanted_rv) != current["metadata"]["resourceVersion"]:
-        raise conflict(resource, name, "the object has been modified; please apply your changes to the latest"
-                                        " version and try again")
-
-
-def _check_preconditions(resource: str, name: str, obj: dict, preconditions: Optional[dict]) -> None:
-    if not preconditions:
-        return
-    uid = preconditions.get("uid")
-    if uid and uid != obj["metadata"]["uid"]:
-        raise conflict(resource, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
-                        % (uid, obj["metadata"]["uid"]))
-    rv = preconditions.get("resourceVersion")
-    if rv and rv != obj["metadata"]["resourceVersion"]:
-        raise conflict(resource, name, "Precondition failed: ResourceVersion in precondition: %s, ResourceVersion"
-                        " in object meta: %s" % (rv, obj["metadata"]["resourceVersion"]))
-
-
-def _encode_continue(start_key: list, list_rv: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"start": start_key, "rv": list_rv}).encode()).decode()
-
-
-def _decode_continue(token: str) -> Tuple[list, str]:
-    try:
-        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return list(decoded["start"]), str(decoded["rv"])
-    except (ValueError, KeyError, TypeError):
-        raise ApiError(400, "BadRequest", "continue key is not valid")

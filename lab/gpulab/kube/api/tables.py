@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import List, Optional, Tuple
 
+from .resources import RESOURCES
 from .timefmt import parse_rfc3339
 
 
@@ -51,6 +52,9 @@ def _age(timestamp: Optional[str]) -> str:
     except ValueError:
         return "<unknown>"
     return human_duration(time.time() - then)
+
+
+age_of = _age
 
 
 def _column(name: str, kind: str = "string", priority: int = 0, format_: str = "") -> dict:
@@ -238,6 +242,8 @@ TABLE_PRINTERS = {
     "resourceslices": ([_NAME, _column("Node"), _column("Driver"), _column("Pool"), _AGE], _resourceslice_row),
 }
 TABLE_PRINTERS["events.events.k8s.io"] = TABLE_PRINTERS["events"]
+TABLE_PRINTERS["customresourcedefinitions"] = ([_NAME, _column("Created At", "date")],
+                                               lambda crd: [crd["metadata"]["name"], crd["metadata"]["creationTimestamp"]])
 
 
 def _partial_metadata(obj: dict) -> dict:
@@ -245,7 +251,8 @@ def _partial_metadata(obj: dict) -> dict:
 
 
 def table_for(resource: str, objects: List[dict], include_object: Optional[str] = "PartialObjectMetadata") -> dict:
-    columns, row_of = TABLE_PRINTERS.get(resource, ([_NAME, _AGE], _default_row))
+    columns, row_of = TABLE_PRINTERS.get(resource) or RESOURCES.get(resource, {}).get("printer") or \
+        ([_NAME, _AGE], _default_row)
     rows = []
     for obj in objects:
         row = {"cells": row_of(obj)}

@@ -9,7 +9,7 @@ Served besides the storage version: ResourceSlices in ``resource.k8s.io/v1`` (GA
 from __future__ import annotations
 
 import copy
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 from .resources import RESOURCES
 
@@ -28,9 +28,10 @@ def served_info(resource: str, version: str) -> dict:
     return served
 
 
-def served_infos() -> Iterator[Tuple[str, dict]]:
-    """(storage key, served info) for every resource in every version it is served in."""
-    for key, info in RESOURCES.items():
+def served_infos(resources: Optional[Dict[str, dict]] = None) -> Iterator[Tuple[str, dict]]:
+    """(storage key, served info) for every resource (of ``resources``, default all) in every version it is served
+    in."""
+    for key, info in (RESOURCES if resources is None else resources).items():
         yield key, info
         for version in EXTRA_VERSIONS.get(key, ()):
             yield key, served_info(key, version)

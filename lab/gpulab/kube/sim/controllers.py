@@ -27,7 +27,8 @@ from .objects import meta, owner_reference, pod_counts_for_controller, pod_is_te
 from .statefulsets import StatefulSetController
 from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_pod_node_name, daemonset_may_continue_on,
                         daemonset_should_run_on, deployment_condition, deployment_status, needs_scheduling,
-                        noexecute_deadline_passed, pods_by_owner_uid, pods_to_scale_down, rollout_targets,
+                        noexecute_deadline_passed, pods_by_owner_uid, pods_to_scale_down, replica_failure_conditions,
+                        rollout_targets,
                         status_differs, wanted_node_taints)
 
 
@@ -280,18 +281,29 @@ class ControllerManager:
             owned = pods_by_owner.get(meta(replicaset).get("uid"), [])
             active = [pod for pod in owned if pod_counts_for_controller(pod)]
             desired = int((replicaset.get("spec") or {}).get("replicas", 1))
+            create_error = None
             for _ in range(desired - len(active)):
-                self._create_pod_from_template(replicaset, replicaset["spec"].get("template") or {})
+                try:
+                    self._create_pod_from_template(replicaset, replicaset["spec"].get("template") or {})
+                except ApiError as error:   # e.g. refused by admission: the ReplicaFailure condition says why
+                    create_error = error.message
+                    break
             for pod in pods_to_scale_down(active, len(active) - desired):
                 self.delete("pods", pod)
-            self._write_replicaset_status(replicaset)
+            self._write_replicaset_status(replicaset, create_error)
 
-    def _write_replicaset_status(self, replicaset: dict) -> None:
+    def _write_replicaset_status(self, replicaset: dict, create_error=None) -> None:
         pods = [pod for pod in pods_by_owner_uid(self.informer.items("pods")).get(meta(replicaset).get("uid"), [])
                 if pod_counts_for_controller(pod)]
         ready = sum(1 for pod in pods if pod_is_ready(pod))
+        previous = (replicaset.get("status") or {}).get("conditions") or []
+        conditions = replica_failure_conditions(previous, create_error, rfc3339(self.clock()))
+        if create_error and conditions != previous:
+            self.record_event(replicaset, "FailedCreate", "Error creating: " + create_error, "Warning",
+                              "replicaset-controller")
         status = {"replicas": len(pods), "fullyLabeledReplicas": len(pods), "readyReplicas": ready,
-                  "availableReplicas": ready, "observedGeneration": meta(replicaset).get("generation", 1)}
+                  "availableReplicas": ready, "observedGeneration": meta(replicaset).get("generation", 1),
+                  "conditions": conditions or None}
         if status_differs(replicaset.get("status") or {}, status):
             self.patch("replicasets", replicaset, {"status": status}, subresource="status")
 

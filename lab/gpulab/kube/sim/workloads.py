@@ -150,6 +150,18 @@ def deployment_condition(previous: dict, condition_type: str, ok: bool, reason: 
             "lastUpdateTime": now, "lastTransitionTime": transition or now}
 
 
+def replica_failure_conditions(conditions: list, create_error, now: str) -> list:
+    """The ReplicaSet controller's ``ReplicaFailure`` condition (reason ``FailedCreate``, the API error as
+    message): set at the first failed pod creation and kept, removed by the first sync without one."""
+    others = [condition for condition in conditions if condition.get("type") != "ReplicaFailure"]
+    if create_error is None:
+        return others
+    if len(others) < len(conditions):
+        return list(conditions)
+    return others + [{"type": "ReplicaFailure", "status": "True", "lastTransitionTime": now,
+                      "reason": "FailedCreate", "message": create_error}]
+
+
 def wanted_node_taints(node: dict, now: float) -> list:
     """Taints the node lifecycle controller keeps: cordon and NotReady/Unreachable, others untouched."""
     managed = (scheduler.UNSCHEDULABLE_TAINT_KEY, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY)
