@@ -178,7 +178,9 @@ class Node:
 
     def boot_request(self, efi, boot_id: str) -> dict:
         return {
-            "name": self.name, "ip": self.ip, "boot_id": boot_id, "machine_id": self.state["machine_id"],
+            "name": self.name, "ip": self.ip, "boot_id": boot_id,
+            "cluster_name": self.lab.settings.get("cluster_name"),
+            "kube_api_url": (self.lab.info.get("kube") or {}).get("api_url"), "machine_id": self.state["machine_id"],
             "tmpfs_dir": self.tmpfs_dir, "merged_dir": self.merged_dir, "run_dir": self.run_dir,
             "firmware_dir": self.firmware_dir, "control_dir": self.control_dir, "lab_dir": LAB_DIR,
             "cache_dir": self.lab.cache_dir, "nvidia_backend": self.lab.nvidia_backend,
