@@ -23,9 +23,10 @@ import traceback
 from gpulab import inventory, sshkeys
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
+from gpulab.labmetrics import LabMetrics
 from gpulab.layer import nvidia_function
 from gpulab.node import Node, NodeView
-from gpulab.osutil import kill_pids, pid_namespace, pids_in_namespace, read_json, unmount_all_under, \
+from gpulab.osutil import kill_pids, pid_namespace, pids_in_namespace, process_name, read_json, unmount_all_under, \
     wait_namespace_empty, write_json
 
 LAB_FILE = "lab.json"
@@ -146,9 +147,17 @@ def kill_node_processes(state_dir: str) -> None:
         wait_namespace_empty(namespace)
 
 
+def kill_prometheus(lab: dict) -> None:
+    """The lab's Prometheus (``up --prometheus``), also when the daemon that started it was killed."""
+    pid = (lab.get("metrics") or {}).get("prometheus_pid")
+    if pid and process_name(pid) == "prometheus":
+        kill_pids([pid], signal.SIGKILL)
+
+
 def cleanup_state_dir(state_dir: str, keep_logs: bool = False) -> dict:
     """Remove every process, mount and file a lab made in ``state_dir`` (also when its daemon is gone)."""
     lab = read_json(os.path.join(state_dir, LAB_FILE)) or {}
+    kill_prometheus(lab)
     kill_ssh_clients_of_running_nodes(state_dir)
     kill_node_processes(state_dir)
     left_mounts = unmount_all_under(state_dir)
@@ -187,6 +196,7 @@ class Lab:
         self.nodes = []
         self.by_name = {}
         self.cluster = None
+        self.metrics = LabMetrics(self)
         self.ip_reservations = []
         self.cluster_faults = {}     # node name -> cluster-side fault kinds forwarded to the kube twin
         self.power_threads = {}
@@ -246,6 +256,9 @@ class Lab:
             raise RuntimeError("nodes did not come up: %s (see DIR/nodes/<name>/boot.log)" % ", ".join(failed))
         nodes_s = round(time.monotonic() - started, 3)
         self.start_cluster()
+        self.save_info(metrics=self.metrics.start(bool(self.settings.get("prometheus")),
+                                                  self.settings.get("prometheus_rules") or [],
+                                                  self.settings.get("scrape_interval") or "1s"))
         self.save_info(status="ready", inventory=paths["inventory"], ssh_config=paths["ssh_config"],
                        nodes_up_s=nodes_s, up_s=round(time.monotonic() - started, 3))
         self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
@@ -439,6 +452,7 @@ class Lab:
     def _take_down(self, keep_logs: bool) -> None:
         self.stopping.set()
         self.events.emit("lab", "lab-stopping")
+        self.metrics.stop()
         if self.cluster is not None:
             try:
                 self.cluster.stop()
