@@ -137,15 +137,19 @@ def cmd_status(args) -> int:
     print("%-14s %-12s %-9s %-6s %-5s %-12s %s" % ("NODE", "IP", "STATUS", "BOOTS", "SSH", "DRIVER", "FAULTS"))
     for node in lab["nodes"]:
         driver = node["kernel_driver_version"] if node["module_loaded"] else "-"
+        faults = ",".join(node["faults"] + ["%s@next-boot" % kind for kind in node.get("armed_faults") or []])
         print("%-14s %-12s %-9s %-6d %-5s %-12s %s" % (node["name"], node["ip"], node["status"], node["boots"],
-                                                     "yes" if node["ssh"] else "no", driver,
-                                                     ",".join(node["faults"]) or "-"))
+                                                     "yes" if node["ssh"] else "no", driver, faults or "-"))
     return 0
 
 
 def cmd_fault(args) -> int:
-    response = checked(request(args.state_dir, {"op": "fault", "node": args.node, "kind": args.kind}))
-    print("%s: fault %s applied" % (args.node, response["fault"]))
+    response = checked(request(args.state_dir, {"op": "fault", "node": args.node, "kind": args.kind,
+                                                "at_next_boot": args.at_next_boot}))
+    if args.at_next_boot:
+        print("%s: fault %s armed: takes effect when the node next boots" % (args.node, response["fault"]))
+    else:
+        print("%s: fault %s applied" % (args.node, response["fault"]))
     return 0
 
 
@@ -231,6 +235,9 @@ def parser() -> argparse.ArgumentParser:
                            "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")
+    fault.add_argument("--at-next-boot", action="store_true",
+                       help="arm the fault: it takes effect when the node next boots (e.g. stale-device-plugin "
+                            "after a reboot)")
     fault.set_defaults(func=cmd_fault)
 
     clear = sub.add_parser("clear", parents=[common], help="clear one fault of a node, or all")

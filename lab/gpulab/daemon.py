@@ -199,6 +199,7 @@ class Lab:
         self.metrics = LabMetrics(self)
         self.ip_reservations = []
         self.cluster_faults = {}     # node name -> cluster-side fault kinds forwarded to the kube twin
+        self.armed_cluster_faults = {}   # node name -> cluster-side fault kinds armed for the node's next boot
         self.power_threads = {}
         self.stopping = threading.Event()
         self.server = None
@@ -369,6 +370,8 @@ class Lab:
         if op == "status":
             return {"ok": True, "lab": self.status()}
         if op == "fault":
+            if request.get("at_next_boot"):
+                return self.arm_fault(request["node"], request["kind"])
             return self.fault(request["node"], request["kind"])
         if op == "clear":
             return self.clear(request["node"], request.get("kind"))
@@ -390,7 +393,33 @@ class Lab:
     def node_summary(self, node: Node) -> dict:
         summary = node.summary()
         summary["faults"] = summary["faults"] + list(self.cluster_faults.get(node.name, []))
+        summary["armed_faults"] = summary["armed_faults"] + list(self.armed_cluster_faults.get(node.name, []))
         return summary
+
+    def arm_fault(self, name: str, kind: str) -> dict:
+        """``kind`` takes effect at the node's next boot: node faults as the node comes up, cluster faults when
+        its kubelet sees the new bootID (the stale device-plugin ledger a reboot leaves, as in real life)."""
+        node = self.node(name)
+        parsed = parse_fault(kind)
+        if parsed[0] != "cluster":
+            node.arm_fault(kind)
+            return {"ok": True, "fault": kind, "at": "next boot"}
+        if self.cluster is None:
+            return {"ok": False, "error": "fault %s needs the Kubernetes twin, which is not running" % kind}
+        self.cluster.arm_fault(name, kind, lambda applied: self._armed_cluster_fault_applied(name, applied))
+        armed = self.armed_cluster_faults.setdefault(name, [])
+        if kind not in armed:
+            armed.append(kind)
+        self.events.emit(name, "fault-armed", fault=kind, scope="cluster", at="next boot")
+        return {"ok": True, "fault": kind, "at": "next boot"}
+
+    def _armed_cluster_fault_applied(self, name: str, kind: str) -> None:
+        if kind in self.armed_cluster_faults.get(name, []):
+            self.armed_cluster_faults[name].remove(kind)
+        active = self.cluster_faults.setdefault(name, [])
+        if kind not in active:
+            active.append(kind)
+        self.events.emit(name, "fault", fault=kind, scope="cluster", at="boot")
 
     def fault(self, name: str, kind: str) -> dict:
         node = self.node(name)
@@ -413,7 +442,13 @@ class Lab:
             parse_fault(kind)
         active = self.cluster_faults.get(name, [])
         cluster_kinds = [kind] if kind in CLUSTER_FAULTS else (list(active) if kind is None else [])
+        armed = self.armed_cluster_faults.get(name, [])
         if self.cluster is not None:
+            for one in [k for k in armed if kind is None or k == kind]:
+                self.cluster.clear_fault(name, one)
+                armed.remove(one)
+                self.events.emit(name, "fault-disarmed", fault=one, scope="cluster")
+                cleared.append(one + " (armed)")
             for one in cluster_kinds:
                 self.cluster.clear_fault(name, one)
                 if one in active:
@@ -421,6 +456,7 @@ class Lab:
                     self.events.emit(name, "clear", fault=one, scope="cluster")
                     cleared.append(one)
         if kind not in CLUSTER_FAULTS:
+            cleared += [one + " (armed)" for one in node.disarm(kind)]
             cleared += node.clear_fault(kind)
         return {"ok": True, "cleared": cleared}
 
