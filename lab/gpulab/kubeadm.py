@@ -5,16 +5,11 @@ The Kubernetes side of the node (Node object, heartbeats, device plugin) is the 
 is only what tools on the node see: ``systemctl is-active kubelet``, the device-plugin directory and socket, the
 kubeconfig and flag files. nsinit calls ``install_kubelet_files`` before chroot at each boot (files are written
 once, on the node's disk, so an operator's changes stay) and ``start_kubelet_at_boot`` after it: the unit is
-enabled, so it starts at every boot, as systemd would start it. ``python -m gpulab.kubeadm kubelet ARGS`` is the
-stand-in the unit runs: it binds the registration socket (nothing needs to answer on it) and sleeps.
+enabled, so it starts at every boot, as systemd would start it.
 """
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import sys
-import time
 
 from gpulab.osutil import in_root, write_file
 from gpulab.systemctl import enabled_state, start_unit
@@ -96,10 +91,25 @@ users:
     client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
 """
 
-STANDIN = """#!/bin/sh
+# The kubelet stand-in the unit runs: binds the device-plugin registration socket as the kubelet does at start (a
+# stale one is replaced; nothing needs to answer on it) and holds it; the file stays after a stop, as the real
+# kubelet leaves it. A small `python3 -S` script, not the gpulab package: it runs on every node all the time.
+STANDIN = """#!/usr/bin/python3 -S
 # gpulab node twin: kubelet stand-in (lab/gpulab/kubeadm.py); the node's Kubernetes side is the lab's kube twin
-exec env PYTHONPATH=/opt/gpulab/lib /usr/bin/python3 -m gpulab.kubeadm kubelet "$@"
-"""
+import ctypes, os, signal, socket, sys, time
+ctypes.CDLL(None).prctl(15, b"kubelet", 0, 0, 0)  # PR_SET_NAME: `pgrep kubelet` finds it, as on a real node
+path = "%s"
+os.makedirs(os.path.dirname(path), exist_ok=True)
+if os.path.lexists(path):
+    os.unlink(path)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+server.listen(16)
+print("I0000 kubelet stand-in of the gpulab node twin (flags: %%s)" %% " ".join(sys.argv[1:]), flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(3600)
+""" % KUBELET_SOCKET
 
 
 def install_kubelet_files(merged: str, node_name: str, cluster_name: str = "kubernetes",
@@ -133,31 +143,3 @@ def start_kubelet_at_boot(log) -> None:
     node's)."""
     if enabled_state(KUBELET_UNIT) == "enabled" and start_unit(KUBELET_UNIT) != 0:
         log("kubelet.service failed to start at boot")
-
-
-def serve_registration_socket(path: str = KUBELET_SOCKET) -> None:
-    """Bind the device-plugin registration socket as the kubelet does at start (a stale one is replaced) and
-    hold it until stopped; the socket file stays after a stop, as the real kubelet leaves it."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.lexists(path):
-        os.unlink(path)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(16)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        time.sleep(3600)
-
-
-def main(argv: list) -> int:
-    if argv[1:2] != ["kubelet"]:
-        sys.stderr.write("usage: python -m gpulab.kubeadm kubelet [kubelet flags]\n")
-        return 2
-    sys.stdout.write("I0000 kubelet stand-in of the gpulab node twin (flags: %s)\n" % " ".join(argv[2:]))
-    sys.stdout.flush()
-    serve_registration_socket()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

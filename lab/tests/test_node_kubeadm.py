@@ -7,7 +7,7 @@ CHECK = ("test -S /var/lib/kubelet/device-plugins/kubelet.sock && echo socket; "
          "systemctl is-active kubelet; systemctl is-enabled kubelet; "
          "grep -c 'kind: Config' /etc/kubernetes/kubelet.conf; "
          "grep -o 'container-runtime-endpoint=[^ ]*' /var/lib/kubelet/kubeadm-flags.env; "
-         "pgrep -f 'gpulab.kubeadm kubelet' >/dev/null && echo process")
+         "pgrep -x kubelet >/dev/null && echo process")
 
 
 def test_kubelet_layout_and_unit_as_kubeadm_leaves_them(lab):
