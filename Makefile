@@ -57,6 +57,8 @@ sanity: tree
 
 units: tree
 	cd $(COLLECTION_DIR) && $(BIN)/ansible-test units --color no --python $(SANITY_PYTHON)
+	@# the gpuops runner (runner/, a pip package beside the collection) has its own unit tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider runner/tests
 
 lint: tree
 	cd $(COLLECTION_DIR) && PATH=$(BIN):$$PATH $(BIN)/ansible-lint --profile production

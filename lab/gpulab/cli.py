@@ -71,7 +71,8 @@ def cmd_up(args) -> int:
         raise CliError("%s holds a lab that was not taken down (`python -m gpulab down --state-dir %s`)"
                        % (state_dir, state_dir))
     settings = {"nodes": args.nodes, "profile": args.profile, "driver": args.driver, "secure_boot": args.secure_boot,
-                "runfiles": args.runfile or [], "api_only": args.api_only, "cluster_name": args.cluster_name,
+                "runfiles": args.runfile or [], "api_only": args.api_only, "dra": args.dra,
+                "cluster_name": args.cluster_name,
                 "boot_delay_s": args.boot_delay, "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
                 "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
@@ -213,6 +214,8 @@ def parser() -> argparse.ArgumentParser:
                     help="also write DIR/runfiles/NVIDIA-Linux-x86_64-VERSION.run (615.71.09 always)")
     up.add_argument("--api-only", type=int, default=0, metavar="N",
                     help="N more Kubernetes nodes that exist only in the API twin (no SSH)")
+    up.add_argument("--dra", action="store_true",
+                    help="the GPU nodes publish DRA ResourceSlices (driver gpu.nvidia.com) instead of nvidia.com/gpu")
     up.add_argument("--cluster-name", default="gpulab")
     up.add_argument("--boot-delay", type=float, default=2.0, help="seconds between shutdown and boot (default 2)")
     up.add_argument("--mok-timeout", type=float, default=10.0,

@@ -293,7 +293,8 @@ class Lab:
             self.save_info(kube=None)
             return
         views = [NodeView(node) for node in self.nodes]
-        self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0))
+        self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0),
+                                     dra=bool(self.settings.get("dra")))
         self.cluster.start()
         url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
         self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})

@@ -213,8 +213,11 @@ def test_discovery_lists_policy_eviction_and_resource_slices(twin):
     eviction = [entry for entry in core["resources"] if entry["name"] == "pods/eviction"][0]
     assert (eviction["group"], eviction["version"], eviction["kind"]) == ("policy", "v1", "Eviction")
     groups = {group["name"]: group["preferredVersion"]["version"] for group in twin.raw_get("/apis")["groups"]}
-    assert groups["resource.k8s.io"] == "v1beta1" and groups["coordination.k8s.io"] == "v1"
-    assert twin.raw_get("/version")["gitVersion"].startswith("v1.32")
+    assert groups["resource.k8s.io"] == "v1" and groups["coordination.k8s.io"] == "v1"
+    resource_versions = [entry["version"] for entry in twin.raw_get("/apis/resource.k8s.io")["versions"]]
+    assert resource_versions == ["v1", "v1beta1"]
+    assert [entry["name"] for entry in twin.raw_get("/apis/resource.k8s.io/v1")["resources"]] == ["resourceslices"]
+    assert twin.raw_get("/version")["gitVersion"].startswith("v1.34")
 
 
 def test_listing_1000_nodes_is_fast(twin, capsys):
@@ -268,3 +271,26 @@ def test_namespace_status_subresource_path_is_the_namespace_itself(twin):
     status = twin.core.read_namespace_status("jobs")
     assert status.metadata.name == "jobs" and status.status.phase == "Active"
     assert twin.raw_get("/api/v1/namespaces/jobs/configmaps")["kind"] == "ConfigMapList"
+
+
+def test_resource_slices_are_served_in_v1_and_v1beta1_from_one_store(twin):
+    """resource.k8s.io/v1 (GA in 1.34) puts a device's fields on the device, v1beta1 under `basic`: an object
+    written in either version reads back in both, and a v1 watch sees v1 objects."""
+    v1 = client.ResourceV1Api(twin.api_client)
+    v1beta1 = client.ResourceV1beta1Api(twin.api_client)
+    device = {"attributes": {"type": {"string": "gpu"}, "index": {"int": 0}}, "capacity": {"memory": {"value": "80Gi"}}}
+    v1.create_resource_slice({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                              "metadata": {"name": "gpu-0-slice"},
+                              "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-0",
+                                       "pool": {"name": "gpu-0", "generation": 1, "resourceSliceCount": 1},
+                                       "devices": [dict(device, name="gpu-0")]}}, _preload_content=False)
+    as_v1 = json.loads(v1.read_resource_slice("gpu-0-slice", _preload_content=False).data)
+    as_beta = json.loads(v1beta1.read_resource_slice("gpu-0-slice", _preload_content=False).data)
+    assert as_v1["apiVersion"] == "resource.k8s.io/v1" and as_v1["spec"]["devices"] == [dict(device, name="gpu-0")]
+    assert as_beta["apiVersion"] == "resource.k8s.io/v1beta1"
+    assert as_beta["spec"]["devices"] == [{"name": "gpu-0", "basic": device}]
+    listed = json.loads(v1.list_resource_slice(_preload_content=False).data)
+    assert listed["apiVersion"] == "resource.k8s.io/v1" and listed["items"][0]["spec"]["devices"][0]["attributes"]
+    watch = v1.list_resource_slice(watch=True, resource_version="0", timeout_seconds=1, _preload_content=False)
+    first = json.loads(watch.data.split(b"\n", 1)[0])
+    assert first["type"] == "ADDED" and first["object"]["spec"]["devices"][0]["capacity"] == device["capacity"]

@@ -205,12 +205,11 @@ errors:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _atomic_file, _cdi
 
 # At most this many validation errors go into msg; all are in the errors return value.
 _ERRORS_IN_MESSAGE = 5
@@ -294,47 +293,6 @@ def _fail_if_invalid(module, spec):
         module.fail_json(msg="invalid CDI spec, nothing written: %s%s" % (shown, more), errors=errors, spec=spec)
 
 
-def _missing_dirs(directory):
-    """The directories to create, outermost first."""
-    missing = []
-    while directory and not os.path.isdir(directory):
-        missing.insert(0, directory)
-        parent = os.path.dirname(directory)
-        if parent == directory:
-            break
-        directory = parent
-    return missing
-
-
-def _write_atomic(path, text):
-    """Write text to path via a temp file CDI readers skip ('.NAME.XXXX.tmp') and a rename; mode 0644."""
-    directory = os.path.dirname(path) or "."
-    for missing in _missing_dirs(directory):
-        os.mkdir(missing)
-        os.chmod(missing, 0o755)
-    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(to_bytes(text))
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), 0o644)
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory):
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _other_specs(module, path):
     """(file, parsed spec) of the other *.json/*.yaml files in the directory of path (unreadable ones skipped)."""
     directory = os.path.dirname(path) or "."
@@ -401,7 +359,7 @@ def _ensure_present(module, path, fmt):
         result["diff"] = _diff(path, before_text, after_text)
     if changed and not module.check_mode:
         try:
-            _write_atomic(path, after_text)
+            _atomic_file.write_atomic(path, to_bytes(after_text))
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot write %s: %s" % (path, to_native(exc)))
     module.exit_json(**result)

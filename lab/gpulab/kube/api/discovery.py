@@ -10,10 +10,10 @@ import hashlib
 import json
 from typing import Dict, List, Optional, Tuple
 
-from .resources import RESOURCES
+from .versions import PREFERRED_VERSIONS, served_infos
 
-SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gpulab", "gitCommit": "gpulab",
-                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0",
+SERVER_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.2-gpulab", "gitCommit": "gpulab",
+                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.9",
                   "compiler": "gc", "platform": "linux/amd64"}
 
 _SUBRESOURCE_SHAPES = {
@@ -33,7 +33,7 @@ _CATEGORY_ALL = ("pods", "deployments", "daemonsets", "replicasets", "statefulse
 def group_versions() -> List[Tuple[str, str]]:
     """Every (group, version) served, core first."""
     seen: List[Tuple[str, str]] = []
-    for info in RESOURCES.values():
+    for _, info in served_infos():
         pair = (info["group"], info["version"])
         if pair not in seen:
             seen.append(pair)
@@ -46,12 +46,16 @@ def core_versions(server_address: str) -> dict:
 
 
 def group_list() -> dict:
-    groups = []
+    versions: Dict[str, List[str]] = {}
     for group, version in group_versions():
-        if not group:
-            continue
-        group_version = {"groupVersion": "%s/%s" % (group, version), "version": version}
-        groups.append({"name": group, "versions": [group_version], "preferredVersion": group_version})
+        if group:
+            versions.setdefault(group, []).append(version)
+    groups = []
+    for group, served in versions.items():
+        preferred = PREFERRED_VERSIONS.get(group, served[0])
+        entries = [{"groupVersion": "%s/%s" % (group, version), "version": version}
+                   for version in [preferred] + [one for one in served if one != preferred]]
+        groups.append({"name": group, "versions": entries, "preferredVersion": entries[0]})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
@@ -74,7 +78,7 @@ def _subresource_entry(info: dict, subresource: str) -> dict:
 def resource_list(group: str, version: str) -> Optional[dict]:
     """The APIResourceList of one group version, or None when it is not served."""
     resources = []
-    for info in RESOURCES.values():
+    for _, info in served_infos():
         if (info["group"], info["version"]) != (group, version):
             continue
         entry = {"name": info["plural"], "singularName": info["singular"], "namespaced": info["namespaced"],
@@ -159,7 +163,7 @@ def _hash(document: dict) -> str:
 def openapi_v3_group(group: str, version: str) -> Optional[dict]:
     schemas: Dict[str, dict] = {"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": _OBJECT_META}
     paths: Dict[str, dict] = {}
-    for info in RESOURCES.values():
+    for _, info in served_infos():
         if (info["group"], info["version"]) != (group, version):
             continue
         schemas[_openapi_definition_name(info)] = _object_schema(info, "#/components/schemas/")
@@ -173,7 +177,7 @@ def openapi_v3_group(group: str, version: str) -> Optional[dict]:
 def openapi_v2() -> dict:
     definitions: Dict[str, dict] = {"io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": _OBJECT_META}
     paths: Dict[str, dict] = {}
-    for info in RESOURCES.values():
+    for _, info in served_infos():
         definitions[_openapi_definition_name(info)] = _object_schema(info, "#/definitions/")
         operation = _patch_operation(info)
         operation["parameters"] = [{"name": parameter["name"], "in": "query", "type": "string", "uniqueItems": True}

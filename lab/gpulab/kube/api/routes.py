@@ -7,18 +7,20 @@ from urllib.parse import unquote
 
 from .errors import ApiError
 from .resources import RESOURCES
+from .versions import served_info, served_infos
 
 _RESOURCE_KEYS: Dict[Tuple[str, str, str], str] = {
-    (info["group"], info["version"], info["plural"]): key for key, info in RESOURCES.items()}
+    (info["group"], info["version"], info["plural"]): key for key, info in served_infos()}
 
 
 class Route:
     """What a request path names."""
 
     def __init__(self, resource: str, namespace: Optional[str], name: Optional[str], subresource: Optional[str],
-                 watch_path: bool):
+                 watch_path: bool, version: Optional[str] = None):
         self.resource = resource
-        self.info = RESOURCES[resource]
+        self.info = served_info(resource, version or RESOURCES[resource]["version"])
+        self.version = self.info["version"]          # the version the client speaks (may differ from storage)
         self.namespace = namespace
         self.name = name
         self.subresource = subresource
@@ -52,7 +54,7 @@ def parse_resource_path(path: str) -> Optional[Route]:
     subresource = rest[2] if len(rest) > 2 else None
     if subresource and subresource not in RESOURCES[key]["subresources"]:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    return Route(key, namespace, name, subresource, watch_path)
+    return Route(key, namespace, name, subresource, watch_path, version)
 
 
 def query_value(query: Dict[str, List[str]], name: str, default: Optional[str] = None) -> Optional[str]:

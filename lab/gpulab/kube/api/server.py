@@ -19,7 +19,9 @@ from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from . import discovery, protobuf, tls
+from .resources import RESOURCES
 from .tables import table_for
+from .versions import to_served, to_storage
 from .eviction import pod_is_terminal
 from .errors import ApiError
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
@@ -222,8 +224,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._list(route, query)
         elif self.command == "POST":
             self._verb = "create"
-            created = store.create(route.resource, self._json_body(), route.namespace, dry_run=dry_run_requested(query))
-            self._send_json(201, created)
+            created = store.create(route.resource, to_storage(route.resource, self._json_body(), route.version),
+                                   route.namespace, dry_run=dry_run_requested(query))
+            self._send_json(201, self._served(route, created))
         elif self.command == "DELETE":
             self._verb = "deletecollection"
             options = self._json_body()
@@ -237,7 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
                 deleted.append(store.delete(route.resource, metadata["name"], metadata.get("namespace"),
                                             grace_period_seconds=grace_period_seconds, dry_run=dry_run))
             self._send_json(200, {"kind": route.info["listKind"], "apiVersion": route.info["apiVersion"],
-                                  "metadata": {"resourceVersion": store.resource_version}, "items": deleted})
+                                  "metadata": {"resourceVersion": store.resource_version},
+                                  "items": [self._served(route, item) for item in deleted]})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
@@ -252,6 +256,9 @@ class _Handler(BaseHTTPRequestHandler):
             table["metadata"] = _list_metadata(list_rv, token, remaining)
             self._send_json(200, table)
             return
+        if route.version != RESOURCES[route.resource]["version"]:
+            raw_items = [json.dumps(self._served(route, json.loads(raw)), separators=(",", ":")).encode()
+                         for raw in raw_items]
         metadata = json.dumps(_list_metadata(list_rv, token, remaining), separators=(",", ":")).encode()
         body = b"".join([b'{"kind":', json.dumps(route.info["listKind"]).encode(), b',"apiVersion":',
                          json.dumps(route.info["apiVersion"]).encode(), b',"metadata":', metadata,
@@ -304,13 +311,16 @@ class _Handler(BaseHTTPRequestHandler):
                         if initial_pending:
                             bookmark[1]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
                             initial_pending = False
-                        self._write_event_bytes(json.dumps({"type": "BOOKMARK", "object": bookmark[1]}).encode())
+                        self._write_event_bytes(json.dumps({"type": "BOOKMARK",
+                                                            "object": self._served(route, bookmark[1])}).encode())
                         last_bookmark = time.monotonic()
                 continue
             event_type, raw = event
             if as_table:
                 row_table = table_for(route.resource, [json.loads(raw)], include_object=self._include_object)
                 payload = json.dumps(row_table, separators=(",", ":")).encode()
+            elif route.version != RESOURCES[route.resource]["version"]:
+                payload = json.dumps(self._served(route, json.loads(raw)), separators=(",", ":")).encode()
             else:
                 payload = raw
             self._write_event_bytes(b'{"type":"' + event_type.encode() + b'","object":' + payload + b"}")
@@ -357,16 +367,16 @@ class _Handler(BaseHTTPRequestHandler):
                 include_object = query_value(query, "includeObject", "PartialObjectMetadata")
                 self._send_json(200, table_for(route.resource, [obj], include_object))
             else:
-                self._send_json(200, obj)
+                self._send_json(200, self._served(route, obj))
         elif self.command == "PUT":
             self._verb = "update"
-            body = self._json_body()
+            body = to_storage(route.resource, self._json_body(), route.version)
             if (body.get("metadata") or {}).get("name") not in (None, route.name):
                 raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the name on the URL"
                                " (%s)" % (body["metadata"]["name"], route.name))
             body.setdefault("metadata", {})["name"] = route.name
-            self._send_json(200, store.update(route.resource, body, route.namespace, route.subresource,
-                                              dry_run=dry_run))
+            self._send_json(200, self._served(route, store.update(route.resource, body, route.namespace,
+                                                                  route.subresource, dry_run=dry_run)))
         elif self.command == "PATCH":
             self._verb = "patch"
             content_type = self._content_type()
@@ -374,7 +384,8 @@ class _Handler(BaseHTTPRequestHandler):
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
                                  route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")))
-            self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200, result)
+            self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200,
+                            self._served(route, result))
         elif self.command == "DELETE":
             self._verb = "delete"
             options = self._json_body()
@@ -383,9 +394,14 @@ class _Handler(BaseHTTPRequestHandler):
                                    grace_period_seconds=self._grace(query, options),
                                    preconditions=options.get("preconditions"), propagation_policy=propagation,
                                    dry_run=dry_run_requested(query, options))
-            self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, deleted)
+            self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, self._served(route, deleted))
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    @staticmethod
+    def _served(route: Route, obj: dict) -> dict:
+        """A stored object in the version the request speaks (see versions.py)."""
+        return to_served(route.resource, obj, route.version)
 
     def _exists(self, route: Route) -> bool:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..api.timefmt import rfc3339
 from .objects import meta
 
-KUBELET_VERSION = "v1.32.2"
+KUBELET_VERSION = "v1.34.2"
 CONTAINER_RUNTIME_VERSION = "containerd://1.7.24"
 OS_IMAGE = "Debian GNU/Linux 12 (bookworm)"
 LEASE_DURATION_S = 40

@@ -30,8 +30,15 @@ except ImportError:  # ansible-core < 2.19
 
 
 def isolate_warnings(monkeypatch):
-    """Give this test its own module.warn() collection (a dict since 2.19, a list before)."""
+    """Give this test its own module.warn() collection (a dict since 2.19, a list before).
+
+    Since 2.19 warn() goes to the controller's Display instead once controller code (a Templar, the plugin
+    loader) was imported in this process, e.g. by a role-rendering test run in the same pytest session.
+    """
     monkeypatch.setattr(ansible_warnings, "_global_warnings", type(ansible_warnings._global_warnings)())
+    internal = getattr(ansible_warnings, "_internal", None)
+    if internal is not None and hasattr(internal, "is_controller"):
+        monkeypatch.setattr(internal, "is_controller", False)
 
 
 __all__ = ["isolate_warnings", "patch_module_args"]

@@ -1,0 +1,327 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: audit
+type: aggregate
+short_description: Tamper-evident audit trail of a run, one hash-chained JSON line per event
+version_added: 0.1.0
+description:
+  - Appends one JSON line per meaningful event of a run to an append-only file, for review after a production
+    run from a bastion. Events are V(run_start) (operator identity including the user behind C(sudo), ticket,
+    collection version and git commit, inventory and extra-vars sha256 digests, check or apply mode),
+    V(batch_start) (each play batch and its hosts), V(task) (one per host and task, with action, status and duration),
+    V(gate) (the same for a task that sets the task variable C(gpuops_audit_gate) to the gate's name) and
+    V(run_end) (per-host stats).
+  - Each line carries C(seq) and C(prev), the sha256 of the previous line (the first line chains to 64 zeros),
+    and with O(hmac_key) an HMAC-SHA256 of the record. C(gpuops audit verify FILE) checks the chain and names the
+    first bad line.
+  - "Nothing secret is written: results of C(no_log) tasks are censored; results are summarised (status, changed,
+    rc, and for failures a message cut to 300 characters) and never dumped; of variables only names are recorded,
+    and failure messages are scrubbed of the values of environment, extra and host variables whose names look
+    secret (password, token, key, secret, ...) and of the host's vault-encrypted values."
+  - A task variable C(gpuops_audit_step) (for example V(drain), V(install), V(reboot), V(verify), V(soak)) names the
+    timeline lane of the task in the run report.
+  - Enable it with C(callbacks_enabled = gpuops.nvidia.audit) in C(ansible.cfg) or
+    E(ANSIBLE_CALLBACKS_ENABLED=gpuops.nvidia.audit); the C(gpuops) runner does this for every run.
+requirements:
+  - A controller on a POSIX system (C(fcntl) locking).
+options:
+  log_path:
+    description: The audit trail file (created with mode 0600, then only appended to).
+    type: path
+    default: ~/.ansible/gpuops-audit.jsonl
+    env:
+      - name: GPUOPS_AUDIT_LOG
+    ini:
+      - section: callback_gpuops_audit
+        key: log_path
+  hmac_key:
+    description:
+      - Key of the HMAC-SHA256 each line carries. Only from the environment, so that it never sits in a config
+        file next to the trail.
+    type: str
+    env:
+      - name: GPUOPS_AUDIT_HMAC_KEY
+  ticket:
+    description:
+      - The change or ticket id of the run. The extra variable C(gpuops_ticket) takes precedence.
+    type: str
+    env:
+      - name: GPUOPS_TICKET
+  run_id:
+    description: Id that groups the lines of one run (the C(gpuops) runner sets it); a random one by default.
+    type: str
+    env:
+      - name: GPUOPS_RUN_ID
+  syslog:
+    description: Also send every line to syslog/journald (tag C(gpuops-audit)).
+    type: bool
+    default: false
+    env:
+      - name: GPUOPS_AUDIT_SYSLOG
+    ini:
+      - section: callback_gpuops_audit
+        key: syslog
+  syslog_address:
+    description: Syslog socket path, or C(host:port) for UDP.
+    type: str
+    default: /dev/log
+    env:
+      - name: GPUOPS_AUDIT_SYSLOG_ADDRESS
+    ini:
+      - section: callback_gpuops_audit
+        key: syslog_address
+  syslog_facility:
+    description: Syslog facility name.
+    type: str
+    default: authpriv
+    env:
+      - name: GPUOPS_AUDIT_SYSLOG_FACILITY
+    ini:
+      - section: callback_gpuops_audit
+        key: syslog_facility
+"""
+
+import datetime
+import os
+import pwd
+import socket
+import time
+import uuid
+
+from ansible import context
+from ansible.module_utils.common.text.converters import to_bytes
+from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_chain import append_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_events import (
+    GATE_VAR, STEP_VAR, TICKET_VAR, collection_info, is_secret_name, operator_identity, secret_values_from_mapping,
+    sha256_of_extra_vars, sha256_of_paths, summarise_result,
+)
+
+try:  # ansible-core 2.19+: EncryptedString or a value tagged VaultedValue
+    from ansible.parsing.vault import VaultHelper
+
+    def is_vaulted(value):
+        return VaultHelper.get_ciphertext(value, with_tags=False) is not None
+except ImportError:  # ansible-core 2.16 - 2.18
+    from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode
+
+    def is_vaulted(value):
+        return isinstance(value, AnsibleVaultEncryptedUnicode)
+
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def effective_user():
+    """The account the run executes as (from the uid, not from $USER, which anyone can set)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def login_name():
+    try:
+        return os.getlogin()
+    except OSError:
+        return os.environ.get("LOGNAME") or None
+
+
+class SyslogForwarder:
+    """Sends each line to syslog/journald as one datagram, never blocking the run: a full, absent or refusing
+    socket drops the line (the file holds every line; drops are counted in the run_end record)."""
+
+    TAG = "gpuops-audit"
+    FACILITIES = {"kern": 0, "user": 1, "daemon": 3, "auth": 4, "syslog": 5, "authpriv": 10, "local0": 16,
+                  "local1": 17, "local2": 18, "local3": 19, "local4": 20, "local5": 21, "local6": 22, "local7": 23}
+    INFO = 6
+
+    def __init__(self, address, facility):
+        self.priority = self.FACILITIES.get(facility, 1) * 8 + self.INFO
+        if ":" in address and not address.startswith("/"):
+            host, port = address.rsplit(":", 1)
+            self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+            self.target = (host, int(port))
+        else:
+            self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.target = address
+        self.socket.setblocking(False)
+        self.dropped = 0
+
+    def send(self, line):
+        try:
+            self.socket.sendto(("<%d>%s: %s" % (self.priority, self.TAG, line)).encode("utf-8"), self.target)
+        except OSError:
+            self.dropped += 1
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gpuops.nvidia.audit"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, display=None):
+        super().__init__(display=display)
+        self._log_path = None
+        self._hmac_key = None
+        self._syslog = None
+        self._run_id = None
+        self._ticket = None
+        self._started = None
+        self._play_name = None
+        self._batches = {}
+        self._batch = 0
+        self._task_starts = {}
+        self._secrets = set()
+        self._run_start_written = False
+        self._playbook = None
+        self._play = None
+        self._host_secrets = {}
+
+    def set_options(self, task_keys=None, var_options=None, direct=None):
+        super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
+        self._log_path = os.path.expanduser(self.get_option("log_path"))
+        key = self.get_option("hmac_key")
+        self._hmac_key = to_bytes(key) if key else None
+        self._ticket = self.get_option("ticket")
+        self._run_id = self.get_option("run_id") or uuid.uuid4().hex
+        self._secrets = secret_values_from_mapping(os.environ)
+        if self.get_option("syslog"):
+            self._syslog = SyslogForwarder(self.get_option("syslog_address"), self.get_option("syslog_facility"))
+
+    def _write(self, event, **fields):
+        record = {"event": event, "run_id": self._run_id, "ts": utc_now()}
+        record.update(fields)
+        try:
+            line = append_record(self._log_path, record, self._hmac_key)
+        except OSError as error:
+            self._display.error("gpuops.nvidia.audit: cannot append to %s: %s" % (self._log_path, error))
+            return
+        if self._syslog is not None:
+            self._syslog.send(line)
+
+    # run start: written at the first play, when the extra vars (ticket, secret names) are known
+    def v2_playbook_on_start(self, playbook):
+        self._started = time.monotonic()
+        self._playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
+
+    def _write_run_start(self, play):
+        extra_vars = play.get_variable_manager().extra_vars if play.get_variable_manager() else {}
+        self._secrets |= secret_values_from_mapping(extra_vars)
+        ticket = extra_vars.get(TICKET_VAR) or self._ticket
+        arguments = context.CLIARGS
+        inventory_sources = list(arguments.get("inventory") or ())
+        self._write(
+            "run_start",
+            playbook=self._playbook,
+            operator=operator_identity(os.environ, effective_user(), login_name(), socket.gethostname()),
+            ticket=str(ticket) if ticket else None,
+            collection=collection_info(COLLECTION_ROOT),
+            mode="check" if arguments.get("check") else "apply",
+            diff=bool(arguments.get("diff")),
+            limit=arguments.get("subset"),
+            inventory={"sources": [os.path.abspath(source) if os.path.exists(source) else source
+                                   for source in inventory_sources],
+                       "sha256": sha256_of_paths(inventory_sources)},
+            extra_vars={"names": sorted(str(name) for name in extra_vars),
+                        "secret_names": sorted(str(name) for name in extra_vars if is_secret_name(name)),
+                        "sha256": sha256_of_extra_vars(arguments.get("extra_vars"))},
+        )
+        self._run_start_written = True
+
+    def v2_playbook_on_play_start(self, play):
+        if not self._run_start_written:
+            self._write_run_start(play)
+        self._play = play
+        self._host_secrets = {}
+        self._play_name = play.get_name()
+        play_id = play._uuid
+        self._batches[play_id] = self._batches.get(play_id, 0) + 1
+        self._batch += 1
+        hosts = []
+        variable_manager = play.get_variable_manager()
+        inventory = getattr(variable_manager, "_inventory", None)
+        if inventory is not None:
+            hosts = [host.name for host in inventory.get_hosts(play.hosts)]
+        self._write("batch_start", play=self._play_name, batch=self._batch,
+                    play_batch=self._batches[play_id], hosts=hosts)
+
+    def v2_runner_on_start(self, host, task):
+        self._task_starts[(host.get_name(), task._uuid)] = (time.time(), utc_now())
+
+    def _task_record(self, kind, result, ignore_errors=False):
+        host, task = result._host, result._task
+        data = result._result
+        started, started_at = self._task_starts.pop((host.get_name(), task._uuid), (None, None))
+        task_vars = task.vars or {}
+        fields = {
+            "play": self._play_name, "batch": self._batch, "host": host.get_name(), "task": task.get_name(),
+            "action": task.action, "started": started_at,
+            "duration_s": round(time.time() - started, 3) if started is not None else None,
+        }
+        if task_vars.get(STEP_VAR):
+            fields["step"] = str(task_vars[STEP_VAR])
+        secrets = self._secrets
+        if kind in ("failed", "unreachable") and data.get("msg") and not data.get("censored"):
+            host_secrets = self._secrets_of(host, task)
+            secrets = None if host_secrets is None else secrets | host_secrets
+        fields.update(summarise_result(kind, data, secrets, ignore_errors))
+        gate = task_vars.get(GATE_VAR)
+        if gate:
+            fields["gate"] = str(gate)
+            fields["passed"] = fields["status"] in ("ok", "changed")
+            self._write("gate", **fields)
+        else:
+            self._write("task", **fields)
+
+    def _secrets_of(self, host, task):
+        """Values of the host's secret-named and vaulted variables (read only when a failure message is kept)."""
+        name = host.get_name()
+        if name not in self._host_secrets:
+            found = set()
+            variable_manager = self._play.get_variable_manager() if self._play is not None else None
+            if variable_manager is not None:
+                try:
+                    found = secret_values_from_mapping(
+                        variable_manager.get_vars(play=self._play, host=host, task=task), is_vaulted)
+                except Exception as error:  # pylint: disable=broad-exception-caught
+                    self._display.warning("gpuops.nvidia.audit: cannot read the variables of %s to scrub a "
+                                          "failure message (%s): the message is not recorded" % (name, error))
+                    found = None
+            self._host_secrets[name] = found
+        return self._host_secrets[name]
+
+    def v2_runner_on_ok(self, result):
+        self._task_record("ok", result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._task_record("failed", result, ignore_errors)
+
+    def v2_runner_on_skipped(self, result):
+        self._task_record("skipped", result)
+
+    def v2_runner_on_unreachable(self, result):
+        self._task_record("unreachable", result)
+
+    def v2_playbook_on_stats(self, stats):
+        hosts = {}
+        for host in sorted(stats.processed):
+            summary = stats.summarize(host)
+            hosts[host] = {name: summary.get(name, 0) for name in
+                           ("ok", "changed", "failures", "unreachable", "skipped", "rescued", "ignored")}
+        failed = any(counts["failures"] or counts["unreachable"] for counts in hosts.values())
+        duration = round(time.monotonic() - self._started, 3) if self._started is not None else None
+        fields = {"status": "failed" if failed else "ok", "duration_s": duration, "hosts": hosts}
+        if self._syslog is not None:
+            fields["syslog_dropped"] = self._syslog.dropped
+        self._write("run_end", **fields)

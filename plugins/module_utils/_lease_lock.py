@@ -1,0 +1,149 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Who holds the rollout lock, and what a request for it does: pure decisions of rollout_lock over a
+coordination.k8s.io/v1 Lease.
+
+``lease_state(lease, now)`` reads a Lease (holder, acquired/renewed/expiry times, expired?);
+``decide(lease, request, now)`` returns a ``Decision``: ``action`` (``create``, ``update``, ``none``, ``fail``), the
+Lease ``body`` to write (carrying the read resourceVersion, so a concurrent writer gets 409 and we decide again), a
+``message`` and whether it ``changed`` anything. The Lease's ``leaseDurationSeconds`` is the ttl; the lock expires
+``ttl`` seconds after its last ``renewTime``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import (
+    format_micro_time,
+    format_time,
+    parse_time,
+)
+
+MANAGED_BY_LABEL = 'app.kubernetes.io/managed-by'
+MANAGED_BY = 'gpuops.nvidia'
+
+
+def default_holder(user, host, run_id):
+    """``user@host/run_id``: who holds the lock, and which run of theirs."""
+    return '%s@%s/%s' % (user or 'unknown', host or 'unknown', run_id)
+
+
+def lease_state(lease, now):
+    """holder (None when free), acquired_at, renewed_at, expires_at (epoch seconds), ttl, expired, transitions."""
+    spec = (lease or {}).get('spec') or {}
+    holder = spec.get('holderIdentity') or None
+    acquired = parse_time(spec.get('acquireTime'))
+    renewed = parse_time(spec.get('renewTime')) or acquired
+    ttl = spec.get('leaseDurationSeconds')
+    expires = renewed + ttl if renewed is not None and ttl else None
+    return {'holder': holder, 'acquired_at': acquired, 'renewed_at': renewed, 'expires_at': expires, 'ttl': ttl,
+            'expired': holder is not None and expires is not None and now >= expires,
+            'transitions': spec.get('leaseTransitions') or 0}
+
+
+def describe(state):
+    """'alice@bastion/run-1 since 2026-12-03T03:00:00Z (expires 2026-12-03T04:00:00Z)'"""
+    return '%s since %s (%s %s)' % (state['holder'], format_time(state['acquired_at']) or 'unknown',
+                                    'expired' if state['expired'] else 'expires',
+                                    format_time(state['expires_at']) or 'never')
+
+
+class Decision:
+    def __init__(self, action, message, body=None, changed=False):
+        self.action = action
+        self.message = message
+        self.body = body
+        self.changed = changed
+
+    def __repr__(self):
+        return 'Decision(%r, %r)' % (self.action, self.message)
+
+
+def decide(lease, request, now):
+    """What to do with the Lease (None: it does not exist) for ``request``: state (acquired, renewed, released),
+    name, namespace, holder, ttl, steal_expired."""
+    wanted = request['state']
+    holder = request['holder']
+    state = lease_state(lease, now)
+    ours = state['holder'] == holder
+    if wanted == 'acquired':
+        if lease is None:
+            return Decision('create', 'acquired', _new_lease(request, now), changed=True)
+        if state['holder'] is None:
+            return Decision('update', 'acquired (the lock was free)', _take(lease, request, now), changed=True)
+        if ours and not state['expired']:
+            return Decision('none', 'already held by %s' % describe(state))
+        if ours:
+            return Decision('update', 'acquired again (our own lock had expired)', _take(lease, request, now, False),
+                            changed=True)
+        if state['expired'] and request.get('steal_expired'):
+            return Decision('update', 'took over the expired lock of %s' % describe(state),
+                            _take(lease, request, now), changed=True)
+        if state['expired']:
+            return Decision('fail', 'lock %s is held by %s; set steal_expired: true to take it over'
+                            % (_where(request), describe(state)))
+        return Decision('fail', 'lock %s is held by %s' % (_where(request), describe(state)))
+    if wanted == 'renewed':
+        if lease is None or state['holder'] is None:
+            return Decision('fail', 'cannot renew lock %s: nobody holds it' % _where(request))
+        if not ours:
+            return Decision('fail', 'cannot renew lock %s as %s: it is held by %s' % (
+                _where(request), holder, describe(state)))
+        return Decision('update', 'renewed', _renew(lease, request, now), changed=True)
+    if wanted == 'released':
+        if lease is None or state['holder'] is None:
+            return Decision('none', 'already released')
+        if not ours:
+            return Decision('fail', 'cannot release lock %s as %s: it is held by %s' % (
+                _where(request), holder, describe(state)))
+        return Decision('update', 'released', _release(lease), changed=True)
+    raise ValueError('unknown state %r' % wanted)
+
+
+def _where(request):
+    return '%s/%s' % (request['namespace'], request['name'])
+
+
+def _new_lease(request, now):
+    stamp = format_micro_time(now)
+    return {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
+            'metadata': {'name': request['name'], 'namespace': request['namespace'],
+                         'labels': {MANAGED_BY_LABEL: MANAGED_BY}},
+            'spec': {'holderIdentity': request['holder'], 'leaseDurationSeconds': request['ttl'],
+                     'acquireTime': stamp, 'renewTime': stamp, 'leaseTransitions': 0}}
+
+
+def _take(lease, request, now, new_holder=True):
+    body = copy.deepcopy(lease)
+    spec = body.setdefault('spec', {})
+    stamp = format_micro_time(now)
+    if new_holder and spec.get('holderIdentity') != request['holder']:
+        spec['leaseTransitions'] = (spec.get('leaseTransitions') or 0) + 1
+    spec.update(holderIdentity=request['holder'], leaseDurationSeconds=request['ttl'], acquireTime=stamp,
+                renewTime=stamp)
+    return body
+
+
+def _renew(lease, request, now):
+    body = copy.deepcopy(lease)
+    body['spec'].update(renewTime=format_micro_time(now), leaseDurationSeconds=request['ttl'])
+    return body
+
+
+def _release(lease):
+    body = copy.deepcopy(lease)
+    for key in ('holderIdentity', 'acquireTime', 'renewTime'):
+        body['spec'][key] = None
+    return body
+
+
+def result_of(lease, now):
+    """What the module returns about the lock: holder, acquired_at, renewed_at, expires_at (RFC 3339), ttl,
+    expired, transitions."""
+    state = lease_state(lease, now)
+    return {'holder': state['holder'], 'acquired_at': format_time(state['acquired_at']),
+            'renewed_at': format_time(state['renewed_at']), 'expires_at': format_time(state['expires_at']),
+            'ttl': state['ttl'], 'expired': state['expired'], 'transitions': state['transitions']}

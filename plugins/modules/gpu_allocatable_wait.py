@@ -1,0 +1,402 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_allocatable_wait
+short_description: Wait until Kubernetes nodes are back as GPU nodes, and say why when they are not
+version_added: 0.1.0
+description:
+  - Waits until every node of O(nodes) is back as a GPU node - Ready after its reboot, every device it should
+    have allocatable, the required labels shown - and reports per node what it saw.
+  - Watches instead of polling - one list and one watch for all the listed nodes (plus one list and one watch of
+    ResourceSlices with O(resource=dra)), resumed from the last C(resourceVersion) when the API server closes it,
+    listed again when the server answers 410 Expired. Reacts to a change as soon as the API server sends it.
+  - On timeout the task fails with a per-node diagnosis, worst first - node missing; NotReady (since when); never
+    rebooted (bootID unchanged); Ready only from before the reboot; no GPU capacity; capacity present but
+    allocatable 0 (the stale device-plugin ledger, remedy M(gpuops.nvidia.device_plugin_restart)); fewer
+    devices than expected (an unhealthy GPU, check Xid); a label mismatch (which value the node shows).
+  - Reads only; never changes the cluster.
+author: gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    details: Evaluates the nodes once and reports, without waiting and without failing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    description: Use C(group/gpuops.nvidia.k8s) in C(module_defaults) to set the connection options.
+    support: full
+    membership: [gpuops.nvidia.k8s]
+options:
+  nodes:
+    description:
+      - Names of the Kubernetes nodes to wait for.
+    type: list
+    elements: str
+    required: true
+  resource:
+    description:
+      - The extended resource that counts the node's devices, V(nvidia.com/gpu) or a MIG resource of the mixed
+        strategy such as V(nvidia.com/mig-1g.10gb).
+      - V(dra) counts whole-GPU devices of driver C(gpu.nvidia.com) in the node's ResourceSlices instead, read with
+        the newest C(resource.k8s.io) version the API server serves (V(v1), GA in Kubernetes 1.34, else
+        V(v1beta2) or V(v1beta1)).
+    type: str
+    default: nvidia.com/gpu
+  count:
+    description:
+      - The number of devices each node must have allocatable.
+      - Default - allocatable must equal capacity and be more than 0 (with O(resource=dra), more than 0 devices).
+    type: int
+  labels:
+    description:
+      - Node labels that must have these values, for example the driver version GPU Feature Discovery shows,
+        label C(nvidia.com/cuda.driver-version.full) with value C(615.71.09).
+    type: dict
+    default: {}
+  boot_id_changed_from:
+    description:
+      - Node name to the C(status.nodeInfo.bootID) recorded before the reboot. Such a node is back only once its
+        bootID differs; with O(require_ready), a Ready condition the module saw before the reboot does not count.
+      - Nodes not listed here need no reboot. Every key must be one of O(nodes).
+    type: dict
+    default: {}
+  require_ready:
+    description:
+      - The node's Ready condition must be True.
+    type: bool
+    default: true
+  stable_seconds:
+    description:
+      - How long every check must hold before the node counts as back. The time starts at the later of the
+        Ready transition and the moment the module saw every other check pass.
+    type: int
+    default: 10
+  timeout:
+    description:
+      - Seconds to wait for all the nodes before failing with the diagnosis.
+    type: int
+    default: 600
+seealso:
+  - module: gpuops.nvidia.device_plugin_restart
+  - module: gpuops.nvidia.node_drain
+"""
+
+EXAMPLES = r"""
+- name: Record the bootID before the reboot
+  kubernetes.core.k8s_info:
+    kind: Node
+    name: "{{ inventory_hostname }}"
+  register: node_before
+  delegate_to: localhost
+
+- name: Reboot the node
+  ansible.builtin.reboot:
+
+- name: Wait until the node is back with all 8 GPUs and the new driver
+  gpuops.nvidia.gpu_allocatable_wait:
+    nodes: ["{{ inventory_hostname }}"]
+    count: 8
+    labels:
+      nvidia.com/cuda.driver-version.full: "615.71.09"
+    boot_id_changed_from:
+      "{{ inventory_hostname }}": "{{ node_before.resources[0].status.nodeInfo.bootID }}"
+    timeout: 900
+  delegate_to: localhost
+
+- name: Wait for a whole batch at once (one watch), DRA cluster
+  gpuops.nvidia.gpu_allocatable_wait:
+    kubeconfig: /etc/gpuops/kubeconfig
+    nodes: "{{ ansible_play_batch }}"
+    resource: dra
+    stable_seconds: 30
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+nodes:
+  description: What was seen of each node when the wait ended, by node name.
+  returned: always
+  type: dict
+  sample:
+    gpu-1:
+      ready: true
+      ready_since: "2026-12-03T03:10:04Z"
+      boot_id: 5d2f0b3e-8c1a-4f7e-9b61-0c2d3e4f5a6b
+      rebooted: true
+      capacity: 8
+      allocatable: 8
+      labels_matched: true
+      label_mismatches: {}
+      satisfied: true
+      satisfied_at: "2026-12-03T03:10:14.031207Z"
+      problems: []
+  contains:
+    ready:
+      description: The Ready condition is True.
+      type: bool
+    ready_since:
+      description: The Ready condition's last transition (RFC 3339).
+      type: str
+    boot_id:
+      description: C(status.nodeInfo.bootID).
+      type: str
+    rebooted:
+      description: The bootID differs from O(boot_id_changed_from); null when no bootID was given for the node.
+      type: bool
+    capacity:
+      description: Device capacity (with O(resource=dra), the GPUs in ResourceSlices); null when not advertised.
+      type: int
+    allocatable:
+      description: Allocatable devices (with O(resource=dra), the GPUs in ResourceSlices).
+      type: int
+    labels_matched:
+      description: Every label of O(labels) has its value.
+      type: bool
+    label_mismatches:
+      description: Label name to the value the node shows (null when absent), for each label of O(labels) that differs.
+      type: dict
+    satisfied:
+      description: The node is back.
+      type: bool
+    satisfied_at:
+      description: When the module saw the node back (RFC 3339 with microseconds); null when it is not.
+      type: str
+    problems:
+      description: What is wrong with the node, worst first (C(code), C(message)); empty once it is back.
+      type: list
+      elements: dict
+diagnosis:
+  description: The problems of every node that is not back, worst first (C(node), C(code), C(message)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{node: gpu-2, code: stale_device_plugin, message: "nvidia.com/gpu capacity 8 but allocatable 0: ..."}]
+satisfied:
+  description: Every node is back (false only in check mode; otherwise the task fails).
+  returned: always
+  type: bool
+elapsed:
+  description: Seconds the module waited.
+  returned: always
+  type: float
+api_version:
+  description: The resource.k8s.io version the ResourceSlices were read with (O(resource=dra) only).
+  returned: when O(resource=dra)
+  type: str
+  sample: v1
+watches_opened:
+  description: Watch requests the module made (one per watched collection unless the server closed a watch).
+  returned: always
+  type: int
+"""
+
+import functools
+import gc
+import json
+import queue
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    K8S_AUTH_ARG_SPEC,
+    api_client_from_module,
+    api_error_message,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import (
+    DRA,
+    NodeTracker,
+    diagnosis,
+    dra_api_version,
+    dra_gpu_count,
+    summary,
+)
+
+try:
+    from kubernetes import client as k8s_client
+except ImportError:
+    k8s_client = None  # api_client_from_module reports the missing library
+
+# A timeout shorter than the first list takes (a loaded controller) still gets one judgement with a diagnosis.
+FIRST_LIST_GRACE_S = 30
+
+
+def node_list_call(api, names):
+    core = k8s_client.CoreV1Api(api)
+    if len(names) == 1:
+        return functools.partial(core.list_node, field_selector='metadata.name=%s' % names[0])
+    return core.list_node
+
+
+def resource_slice_list_call(module, api):
+    """The list method of ResourceSlices in the newest resource.k8s.io version both server and library know."""
+    try:
+        response = k8s_client.ApisApi(api).get_api_versions(_preload_content=False)
+        groups = json.loads(response.data).get('groups') or []
+    except Exception as error:  # pylint: disable=broad-except
+        module.fail_json(msg=api_error_message(error, 'discover API groups'))
+    served = [version.get('version') for group in groups if group.get('name') == 'resource.k8s.io'
+              for version in group.get('versions') or []]
+    usable = [version for version in served if hasattr(k8s_client, 'Resource%sApi' % version.capitalize())]
+    version = dra_api_version(usable)
+    if version is None:
+        module.fail_json(msg='resource: dra needs ResourceSlices: the API server serves resource.k8s.io %s and '
+                             'the kubernetes library knows %s' % (
+                                 served or 'not at all', [v for v in ('v1', 'v1beta2', 'v1beta1')
+                                                          if hasattr(k8s_client, 'Resource%sApi' % v.capitalize())]))
+    return version, getattr(k8s_client, 'Resource%sApi' % version.capitalize())(api).list_resource_slice
+
+
+class Wait:
+    """The module's state: the latest Node and ResourceSlice objects and a tracker per node."""
+
+    def __init__(self, params):
+        self.names = list(dict.fromkeys(params['nodes']))
+        self.dra = params['resource'] == DRA
+        self.trackers = {}
+        for name in self.names:
+            expectation = dict(resource=params['resource'], count=params['count'], labels=params['labels'],
+                               boot_id_before=params['boot_id_changed_from'].get(name),
+                               require_ready=params['require_ready'])
+            self.trackers[name] = NodeTracker(name, expectation, params['stable_seconds'])
+        self.objects = {'nodes': {}, 'resourceslices': {}}
+
+    def apply(self, key, kind, payload):
+        if kind == 'SYNC':
+            self.objects[key] = dict((_name(obj), obj) for obj in payload)
+        elif kind == 'DELETED':
+            self.objects[key].pop(_name(payload), None)
+        else:
+            self.objects[key][_name(payload)] = payload
+
+    def observe(self, now):
+        slices = list(self.objects['resourceslices'].values())
+        return dict((name, tracker.observe(self.objects['nodes'].get(name), now,
+                                           dra_gpu_count(slices, name) if self.dra else None))
+                    for name, tracker in self.trackers.items())
+
+    def next_due(self, now):
+        due = [tracker.due_at(now) for tracker in self.trackers.values()]
+        due = [when for when in due if when is not None]
+        return min(due) if due else None
+
+
+def _name(obj):
+    return (obj.get('metadata') or {}).get('name')
+
+
+def validate(module):
+    params = module.params
+    if not params['nodes'] or any(not name for name in params['nodes']):
+        module.fail_json(msg='nodes: give at least one node name (no empty names)')
+    unknown = sorted(set(params['boot_id_changed_from']) - set(params['nodes']))
+    if unknown:
+        module.fail_json(msg='boot_id_changed_from: %s not in nodes' % ', '.join(unknown))
+    if params['count'] is not None and params['count'] < 1:
+        module.fail_json(msg='count must be at least 1, got %d' % params['count'])
+    if params['stable_seconds'] < 0 or params['timeout'] < 1:
+        module.fail_json(msg='stable_seconds must be >= 0 and timeout >= 1')
+    if params['resource'] != DRA and not params['resource'].count('/') == 1:
+        module.fail_json(msg='resource must be an extended resource name such as nvidia.com/gpu, or dra; got %s'
+                         % params['resource'])
+    params['labels'] = dict((key, str(value)) for key, value in params['labels'].items())
+
+
+def main():
+    argument_spec = dict(
+        K8S_AUTH_ARG_SPEC,
+        nodes=dict(type='list', elements='str', required=True),
+        resource=dict(type='str', default='nvidia.com/gpu'),
+        count=dict(type='int'),
+        labels=dict(type='dict', default={}),
+        boot_id_changed_from=dict(type='dict', default={}),
+        require_ready=dict(type='bool', default=True),
+        stable_seconds=dict(type='int', default=10),
+        timeout=dict(type='int', default=600),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    validate(module)
+    api = api_client_from_module(module)
+    started = time.time()
+    deadline = started + module.params['timeout']
+    wait = Wait(module.params)
+    events = queue.Queue()
+    watchers = [ListWatch('nodes', node_list_call(api, wait.names), events)]
+    result = dict(changed=False)
+    if wait.dra:
+        result['api_version'], slice_call = resource_slice_list_call(module, api)
+        watchers.append(ListWatch('resourceslices', slice_call, events))
+    for watcher in watchers:
+        if module.check_mode:
+            try:
+                watcher.list_once()
+            except Exception as error:  # pylint: disable=broad-except
+                module.fail_json(msg=api_error_message(error, 'list %s' % watcher.key))
+        else:
+            watcher.start(deadline)
+    synced, states = set(), {}
+    try:
+        while True:
+            _apply_events(module, wait, events, synced, 0)
+            now = time.time()
+            if len(synced) == len(watchers):
+                states = wait.observe(now)
+                if module.check_mode or all(state['satisfied'] for state in states.values()):
+                    break
+            if now >= deadline and (len(synced) == len(watchers) or now >= deadline + FIRST_LIST_GRACE_S):
+                break
+            if len(synced) == len(watchers):
+                due = wait.next_due(now)
+                _apply_events(module, wait, events, synced, min(deadline, due or deadline) - now)
+            else:
+                _apply_events(module, wait, events, synced, deadline + FIRST_LIST_GRACE_S - now)
+    finally:
+        for watcher in watchers:
+            watcher.stop()
+    # Nothing is left to collect: skip the final cyclic collection of the kubernetes client's thousands of model
+    # classes, which delays the process exit (and so the task's return) by 1-3 s on a busy controller.
+    gc.freeze()
+    rows = diagnosis(states)
+    result.update(nodes=states, diagnosis=rows, satisfied=not rows and bool(states),
+                  elapsed=round(time.time() - started, 3),
+                  watches_opened=sum(watcher.watches_opened for watcher in watchers))
+    if result['satisfied'] or module.check_mode:
+        module.exit_json(**result)
+    if not states:
+        keys = '/'.join(watcher.key for watcher in watchers)
+        module.fail_json(msg='no list of %s arrived within %ss' % (keys, module.params['timeout']), **result)
+    waiting = sorted(name for name, state in states.items() if not state['satisfied'])
+    module.fail_json(msg='timed out after %ss waiting for %d of %d node(s): %s' % (
+        module.params['timeout'], len(waiting), len(states), summary(rows)), **result)
+
+
+def _apply_events(module, wait, events, synced, timeout_s):
+    """Waits up to ``timeout_s`` for one event (0: none), then applies every event already queued, so that a
+    burst of changes is judged once."""
+    block = timeout_s > 0
+    while True:
+        try:
+            key, kind, payload = events.get(timeout=timeout_s) if block else events.get_nowait()
+        except queue.Empty:
+            return
+        block = False
+        if kind == 'FAILED':
+            module.fail_json(msg=payload)
+        if kind == 'SYNC':
+            synced.add(key)
+        wait.apply(key, kind, payload)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,1 @@
+"""gpuops: the audited entry point of the gpuops.nvidia runbooks (see docs/runner.md)."""

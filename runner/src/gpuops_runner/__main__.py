@@ -1,0 +1,5 @@
+import sys
+
+from gpuops_runner.cli import main
+
+sys.exit(main())
