@@ -74,7 +74,9 @@ def cmd_up(args) -> int:
                 "runfiles": args.runfile or [], "api_only": args.api_only, "dra": args.dra,
                 "cluster_name": args.cluster_name,
                 "boot_delay_s": args.boot_delay, "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
-                "nvidia_backend": args.nvidia_backend}
+                "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
+                "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
+                "scrape_interval": args.scrape_interval}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
@@ -115,6 +117,12 @@ def print_usage(state_dir: str, info: dict) -> None:
         print("  %-14s %s" % (node["name"], node["ip"]))
     if (info.get("kube") or {}).get("api_url"):
         print("Kubernetes API: %s   kubectl --kubeconfig %s get nodes" % (info["kube"]["api_url"], info["kube"]["kubeconfig"]))
+    metrics = info.get("metrics") or {}
+    if metrics.get("prometheus_url"):
+        print("Prometheus: %s   (scrape config %s)" % (metrics["prometheus_url"], metrics["prometheus_config"]))
+    elif metrics.get("prometheus_config"):
+        print("Metrics:  prometheus --config.file %s   (dcgm-exporter per node, kube-state-metrics)"
+              % metrics["prometheus_config"])
     print("Ansible:  ansible -i %s gpu_nodes -m ping" % info["inventory"])
     print("SSH:      ssh -F %s %s" % (info["ssh_config"], nodes[0]["name"] if nodes else "<node>"))
     print("Stop:     PYTHONPATH=%s python -m gpulab down --state-dir %s" % (LAB_DIR, state_dir))
@@ -130,15 +138,19 @@ def cmd_status(args) -> int:
     print("%-14s %-12s %-9s %-6s %-5s %-12s %s" % ("NODE", "IP", "STATUS", "BOOTS", "SSH", "DRIVER", "FAULTS"))
     for node in lab["nodes"]:
         driver = node["kernel_driver_version"] if node["module_loaded"] else "-"
+        faults = ",".join(node["faults"] + ["%s@next-boot" % kind for kind in node.get("armed_faults") or []])
         print("%-14s %-12s %-9s %-6d %-5s %-12s %s" % (node["name"], node["ip"], node["status"], node["boots"],
-                                                     "yes" if node["ssh"] else "no", driver,
-                                                     ",".join(node["faults"]) or "-"))
+                                                     "yes" if node["ssh"] else "no", driver, faults or "-"))
     return 0
 
 
 def cmd_fault(args) -> int:
-    response = checked(request(args.state_dir, {"op": "fault", "node": args.node, "kind": args.kind}))
-    print("%s: fault %s applied" % (args.node, response["fault"]))
+    response = checked(request(args.state_dir, {"op": "fault", "node": args.node, "kind": args.kind,
+                                                "at_next_boot": args.at_next_boot}))
+    if args.at_next_boot:
+        print("%s: fault %s armed: takes effect when the node next boots" % (args.node, response["fault"]))
+    else:
+        print("%s: fault %s applied" % (args.node, response["fault"]))
     return 0
 
 
@@ -210,6 +222,11 @@ def parser() -> argparse.ArgumentParser:
                     help="seconds MokManager waits at boot for `mok-confirm` when keys are staged (default 10)")
     up.add_argument("--first-ip", type=int, default=11, metavar="N",
                     help="first node address 127.0.1.N (default 11; busy addresses are skipped)")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also run a real Prometheus (Debian's prometheus) on loopback scraping the lab")
+    up.add_argument("--prometheus-rules", action="append", metavar="FILE",
+                    help="rule file Prometheus loads (repeatable), e.g. files/prometheus/gpu-alerts.yml")
+    up.add_argument("--scrape-interval", default="1s", help="Prometheus scrape and rule interval (default 1s)")
     up.add_argument("--nvidia-backend", default="gpulab.nvidia", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 
@@ -221,6 +238,9 @@ def parser() -> argparse.ArgumentParser:
                            "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")
+    fault.add_argument("--at-next-boot", action="store_true",
+                       help="arm the fault: it takes effect when the node next boots (e.g. stale-device-plugin "
+                            "after a reboot)")
     fault.set_defaults(func=cmd_fault)
 
     clear = sub.add_parser("clear", parents=[common], help="clear one fault of a node, or all")

@@ -23,9 +23,10 @@ import traceback
 from gpulab import inventory, sshkeys
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
+from gpulab.labmetrics import LabMetrics
 from gpulab.layer import nvidia_function
 from gpulab.node import Node, NodeView
-from gpulab.osutil import kill_pids, pid_namespace, pids_in_namespace, read_json, unmount_all_under, \
+from gpulab.osutil import kill_pids, pid_namespace, pids_in_namespace, process_name, read_json, unmount_all_under, \
     wait_namespace_empty, write_json
 
 LAB_FILE = "lab.json"
@@ -146,9 +147,17 @@ def kill_node_processes(state_dir: str) -> None:
         wait_namespace_empty(namespace)
 
 
+def kill_prometheus(lab: dict) -> None:
+    """The lab's Prometheus (``up --prometheus``), also when the daemon that started it was killed."""
+    pid = (lab.get("metrics") or {}).get("prometheus_pid")
+    if pid and process_name(pid) == "prometheus":
+        kill_pids([pid], signal.SIGKILL)
+
+
 def cleanup_state_dir(state_dir: str, keep_logs: bool = False) -> dict:
     """Remove every process, mount and file a lab made in ``state_dir`` (also when its daemon is gone)."""
     lab = read_json(os.path.join(state_dir, LAB_FILE)) or {}
+    kill_prometheus(lab)
     kill_ssh_clients_of_running_nodes(state_dir)
     kill_node_processes(state_dir)
     left_mounts = unmount_all_under(state_dir)
@@ -187,8 +196,10 @@ class Lab:
         self.nodes = []
         self.by_name = {}
         self.cluster = None
+        self.metrics = LabMetrics(self)
         self.ip_reservations = []
         self.cluster_faults = {}     # node name -> cluster-side fault kinds forwarded to the kube twin
+        self.armed_cluster_faults = {}   # node name -> cluster-side fault kinds armed for the node's next boot
         self.power_threads = {}
         self.stopping = threading.Event()
         self.server = None
@@ -248,6 +259,9 @@ class Lab:
             raise RuntimeError("nodes did not come up: %s (see DIR/nodes/<name>/boot.log)" % ", ".join(failed))
         nodes_s = round(time.monotonic() - started, 3)
         self.start_cluster()
+        self.save_info(metrics=self.metrics.start(bool(self.settings.get("prometheus")),
+                                                  self.settings.get("prometheus_rules") or [],
+                                                  self.settings.get("scrape_interval") or "1s"))
         self.save_info(status="ready", inventory=paths["inventory"], ssh_config=paths["ssh_config"],
                        nodes_up_s=nodes_s, up_s=round(time.monotonic() - started, 3))
         self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
@@ -367,6 +381,8 @@ class Lab:
         if op == "status":
             return {"ok": True, "lab": self.status()}
         if op == "fault":
+            if request.get("at_next_boot"):
+                return self.arm_fault(request["node"], request["kind"])
             return self.fault(request["node"], request["kind"])
         if op == "clear":
             return self.clear(request["node"], request.get("kind"))
@@ -388,7 +404,33 @@ class Lab:
     def node_summary(self, node: Node) -> dict:
         summary = node.summary()
         summary["faults"] = summary["faults"] + list(self.cluster_faults.get(node.name, []))
+        summary["armed_faults"] = summary["armed_faults"] + list(self.armed_cluster_faults.get(node.name, []))
         return summary
+
+    def arm_fault(self, name: str, kind: str) -> dict:
+        """``kind`` takes effect at the node's next boot: node faults as the node comes up, cluster faults when
+        its kubelet sees the new bootID (the stale device-plugin ledger a reboot leaves, as in real life)."""
+        node = self.node(name)
+        parsed = parse_fault(kind)
+        if parsed[0] != "cluster":
+            node.arm_fault(kind)
+            return {"ok": True, "fault": kind, "at": "next boot"}
+        if self.cluster is None:
+            return {"ok": False, "error": "fault %s needs the Kubernetes twin, which is not running" % kind}
+        self.cluster.arm_fault(name, kind, lambda applied: self._armed_cluster_fault_applied(name, applied))
+        armed = self.armed_cluster_faults.setdefault(name, [])
+        if kind not in armed:
+            armed.append(kind)
+        self.events.emit(name, "fault-armed", fault=kind, scope="cluster", at="next boot")
+        return {"ok": True, "fault": kind, "at": "next boot"}
+
+    def _armed_cluster_fault_applied(self, name: str, kind: str) -> None:
+        if kind in self.armed_cluster_faults.get(name, []):
+            self.armed_cluster_faults[name].remove(kind)
+        active = self.cluster_faults.setdefault(name, [])
+        if kind not in active:
+            active.append(kind)
+        self.events.emit(name, "fault", fault=kind, scope="cluster", at="boot")
 
     def fault(self, name: str, kind: str) -> dict:
         node = self.node(name)
@@ -411,7 +453,13 @@ class Lab:
             parse_fault(kind)
         active = self.cluster_faults.get(name, [])
         cluster_kinds = [kind] if kind in CLUSTER_FAULTS else (list(active) if kind is None else [])
+        armed = self.armed_cluster_faults.get(name, [])
         if self.cluster is not None:
+            for one in [k for k in armed if kind is None or k == kind]:
+                self.cluster.clear_fault(name, one)
+                armed.remove(one)
+                self.events.emit(name, "fault-disarmed", fault=one, scope="cluster")
+                cleared.append(one + " (armed)")
             for one in cluster_kinds:
                 self.cluster.clear_fault(name, one)
                 if one in active:
@@ -419,6 +467,7 @@ class Lab:
                     self.events.emit(name, "clear", fault=one, scope="cluster")
                     cleared.append(one)
         if kind not in CLUSTER_FAULTS:
+            cleared += [one + " (armed)" for one in node.disarm(kind)]
             cleared += node.clear_fault(kind)
         return {"ok": True, "cleared": cleared}
 
@@ -450,6 +499,7 @@ class Lab:
     def _take_down(self, keep_logs: bool) -> None:
         self.stopping.set()
         self.events.emit("lab", "lab-stopping")
+        self.metrics.stop()
         if self.cluster is not None:
             try:
                 self.cluster.stop()

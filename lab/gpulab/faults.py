@@ -17,6 +17,8 @@ from gpulab.devviews import make_nvidia_dev_nodes, make_pci_devices
 from gpulab.osutil import kill_pids, process_name, write_file, write_json
 
 CLUSTER_FAULTS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down")
+# faults that act at boot by themselves: `--at-next-boot` would add nothing
+BOOT_TIME_FAULTS = ("reboot-hang", "slow-boot", "dkms-fail", "secure-boot-no-key")
 DISK_FILL_FILE = "disk-full.fill"
 
 
@@ -196,6 +198,15 @@ def parse_fault(kind: str) -> tuple:
             raise FaultError("fault %r: expected xid:CODE or xid:CODE:GPU_INDEX" % kind)
         return ("xid", code, gpu_index)
     raise FaultError("unknown fault %r; known: %s, xid:CODE[:GPU]" % (kind, ", ".join(SIMPLE_FAULTS + CLUSTER_FAULTS)))
+
+
+def check_armable(kind: str) -> tuple:
+    """The parsed fault, if ``gpulab fault NODE KIND --at-next-boot`` can arm it; FaultError otherwise (the
+    Kubernetes twin says which cluster kinds a boot can bring)."""
+    parsed = parse_fault(kind)
+    if parsed[0] == "simple" and kind in BOOT_TIME_FAULTS:
+        raise FaultError("fault %s already takes effect at the next boot: set it without --at-next-boot" % kind)
+    return parsed
 
 
 def apply(node, parsed: tuple) -> dict:

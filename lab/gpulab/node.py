@@ -180,7 +180,9 @@ class Node:
 
     def boot_request(self, efi, boot_id: str) -> dict:
         return {
-            "name": self.name, "ip": self.ip, "boot_id": boot_id, "machine_id": self.state["machine_id"],
+            "name": self.name, "ip": self.ip, "boot_id": boot_id,
+            "cluster_name": self.lab.settings.get("cluster_name"),
+            "kube_api_url": (self.lab.info.get("kube") or {}).get("api_url"), "machine_id": self.state["machine_id"],
             "tmpfs_dir": self.tmpfs_dir, "merged_dir": self.merged_dir, "run_dir": self.run_dir,
             "firmware_dir": self.firmware_dir, "control_dir": self.control_dir, "lab_dir": LAB_DIR,
             "cache_dir": self.lab.cache_dir, "nvidia_backend": self.lab.nvidia_backend,
@@ -214,6 +216,7 @@ class Node:
         self.booted_efi = efi
         self.state.update(boot_id=boot_id, boots=self.state["boots"] + 1, module_loaded=result["module_loaded"],
                           kernel_driver_version=result["kernel_driver_version"], preinstall_driver=None)
+        self.apply_armed_faults()
         ssh_ok = self.wait_ssh() if "ssh-drop" not in self.faults else False
         boot_s = round(time.monotonic() - started, 3)
         self.state["last_boot_s"] = boot_s
@@ -340,7 +343,7 @@ class Node:
         self.nvidia("kmsg.append")(os.path.join(self.run_dir, "kmsg"), messages)
 
     # ---- faults -------------------------------------------------------------------------------------------
-    def apply_fault(self, kind: str) -> dict:
+    def apply_fault(self, kind: str, **event_details) -> dict:
         parsed = parse_fault(kind)
         with self.lock:
             details = node_faults.apply(self, parsed)
@@ -348,8 +351,34 @@ class Node:
                 self.faults.append(kind)
             self.write_faults_file()
             self.save()
-            self.lab.events.emit(self.name, "fault", fault=kind, **details)
+            self.lab.events.emit(self.name, "fault", fault=kind, **dict(details, **event_details))
             return details
+
+    def arm_fault(self, kind: str) -> None:
+        """``kind`` is applied when the node next boots (as it comes up, before sshd is waited for)."""
+        node_faults.check_armable(kind)
+        with self.lock:
+            armed = self.state.setdefault("armed_faults", [])
+            if kind not in armed:
+                armed.append(kind)
+            self.save()
+            self.lab.events.emit(self.name, "fault-armed", fault=kind, at="next boot")
+
+    def apply_armed_faults(self) -> None:
+        armed, self.state["armed_faults"] = list(self.state.get("armed_faults") or []), []
+        for kind in armed:
+            self.apply_fault(kind, at="boot")
+
+    def disarm(self, kind) -> list:
+        """Drop one armed fault, or all (kind None); returns the kinds dropped."""
+        with self.lock:
+            armed = self.state.setdefault("armed_faults", [])
+            dropped = [one for one in armed if kind is None or one == kind]
+            for one in dropped:
+                armed.remove(one)
+                self.lab.events.emit(self.name, "fault-disarmed", fault=one)
+            self.save()
+            return dropped
 
     def clear_fault(self, kind: str) -> list:
         """Clear one fault, or all of them (kind None); returns the kinds cleared."""
@@ -387,6 +416,7 @@ class Node:
     def summary(self) -> dict:
         return {"name": self.name, "ip": self.ip, "profile": self.profile, "status": self.status,
                 "boot_id": self.state["boot_id"], "boots": self.state["boots"], "faults": list(self.faults),
+                "armed_faults": list(self.state.get("armed_faults") or []),
                 "module_loaded": self.state["module_loaded"],
                 "kernel_driver_version": self.state["kernel_driver_version"],
                 "last_boot_s": self.state["last_boot_s"], "pid": self.holder_pid,

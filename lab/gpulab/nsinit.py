@@ -20,6 +20,7 @@ import time
 import traceback
 
 from gpulab.devviews import make_nvidia_dev_nodes, make_pci_devices
+from gpulab.kubeadm import install_kubelet_files, start_kubelet_at_boot
 from gpulab.layer import nvidia_function
 from gpulab.osutil import in_root, write_file, write_json
 from gpulab.systemctl import CONTROL_DIR, install_systemctl, start_units_at_boot
@@ -321,12 +322,15 @@ def boot(req: dict) -> dict:
     write_identity(req, merged)
     install_power_commands(merged)
     install_systemctl(merged)
+    install_kubelet_files(merged, req["name"], req.get("cluster_name") or "kubernetes",
+                          req.get("kube_api_url") or "https://127.0.0.1:6443")
     install_fake_binaries(req, merged)
     prepare_sshd(req, merged)
     install_reaper(merged)
     os.chroot(merged)
     os.chdir("/")
     start_units_at_boot(log)
+    start_kubelet_at_boot(log)
     if req["start_sshd"]:
         start_sshd()
     return {"ok": True, "host_pid": pid, "setup_s": round(time.monotonic() - started, 3),

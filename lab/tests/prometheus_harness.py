@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's `prometheus`) on loopback, scraping a DCGM-exporter-style /metrics endpoint that the
 test serves and changes: for the prometheus_gate and alert-rule tests and for capturing API fixtures
-(hack/capture-prometheus-fixtures.py). Not part of the twin (lab/gpulab): it needs no lab.
+(hack/capture-prometheus-fixtures.py). It needs no lab; the Prometheus process is gpulab's own helper
+(gpulab.prometheus), which `gpulab up --prometheus` uses too.
 """
 from __future__ import annotations
 
@@ -8,23 +9,19 @@ import http.server
 import json
 import os
 import shutil
-import socket
-import ssl
 import subprocess
+import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
+
+LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if LAB_DIR not in sys.path:  # hack/capture-prometheus-fixtures.py imports this file without the conftest
+    sys.path.insert(0, LAB_DIR)
+
+from gpulab.prometheus import Prometheus, free_port, scrape_config, write_config  # noqa: E402,F401 (free_port: for tests)
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def series_key(name: str, labels: dict) -> str:
@@ -90,99 +87,22 @@ class MetricsEndpoint:
         self._server.server_close()
 
 
-class PrometheusServer:
+class PrometheusServer(Prometheus):
     """`prometheus` on 127.0.0.1:<free port> with its TSDB in work_dir, scraping `targets` every second and
     evaluating `rule_files` every second; every query it answers is logged to `query_log_path` (JSON lines).
-    Always `stop()` it (the fixtures do)."""
+    Always `stop()` it (the fixtures do). The process itself is gpulab's helper (lab/gpulab/prometheus.py)."""
 
     def __init__(self, work_dir: str, targets, rule_files=(), interval: str = "1s", tls=None):
-        if PROMETHEUS is None:
-            raise RuntimeError("prometheus not installed (Debian package prometheus)")
-        self.work_dir = work_dir
-        self.config_path = os.path.join(work_dir, "prometheus.yml")
         self.query_log_path = os.path.join(work_dir, "queries.log")
-        config = {
-            "global": {"scrape_interval": interval, "evaluation_interval": interval,
-                       "query_log_file": self.query_log_path},
-            "rule_files": [os.path.abspath(path) for path in rule_files],
-            "scrape_configs": [{"job_name": "dcgm-exporter", "static_configs": [{"targets": list(targets)}]}],
-        }
-        with open(self.config_path, "w") as config_file:
-            json.dump(config, config_file)  # JSON is YAML
-        self.web_config_path = None
+        config = scrape_config({}, interval=interval, rule_files=rule_files, query_log_file=self.query_log_path)
+        config["scrape_configs"] = [{"job_name": "dcgm-exporter", "static_configs": [{"targets": list(targets)}]}]
+        web_config_path = None
         if tls:  # (certificate file, key file): serve HTTPS
-            self.web_config_path = os.path.join(work_dir, "web.yml")
-            with open(self.web_config_path, "w") as web_config:
+            web_config_path = os.path.join(work_dir, "web.yml")
+            with open(web_config_path, "w") as web_config:
                 json.dump({"tls_server_config": {"cert_file": tls[0], "key_file": tls[1]}}, web_config)
-        self.process = None
-        self.port = None
-        self.log_path = os.path.join(work_dir, "prometheus.log")
-        self._start()
-
-    @property
-    def url(self) -> str:
-        return "%s://127.0.0.1:%d" % ("https" if self.web_config_path else "http", self.port)
-
-    def _start(self, attempts: int = 3) -> None:
-        for _attempt in range(attempts):
-            self.port = free_port()
-            argv = [PROMETHEUS, "--config.file", self.config_path,
-                    "--storage.tsdb.path", os.path.join(self.work_dir, "data"),
-                    "--web.listen-address", "127.0.0.1:%d" % self.port]
-            if self.web_config_path:
-                argv += ["--web.config.file", self.web_config_path]
-            with open(self.log_path, "w") as log:
-                self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            if self._wait_ready(timeout_s=30):
-                return
-            self.stop()  # another process took the port between free_port() and the bind: try a new one
-        raise RuntimeError("prometheus did not become ready; its log:\n" + self.log())
-
-    def _wait_ready(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False
-            try:
-                with self._open(urllib.request.Request(self.url + "/-/ready"), timeout=2) as answer:
-                    if answer.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        return False
-
-    def _open(self, request, timeout):
-        """urlopen; the harness itself does not verify the test's own certificate (the gate under test does)."""
-        context = None
-        if self.web_config_path:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return urllib.request.urlopen(request, timeout=timeout, context=context)
-
-    def log(self) -> str:
-        with open(self.log_path) as log:
-            return log.read()
-
-    def get(self, path: str, params=None, method: str = "GET"):
-        """(HTTP status, body text) of an API call; errors are answers too."""
-        data = None
-        url = self.url + path
-        if params and method == "GET":
-            url += "?" + urllib.parse.urlencode(params)
-        elif params:
-            data = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(url, data=data, method=method)
-        try:
-            with self._open(request, timeout=10) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def query(self, promql: str) -> dict:
-        _status, body = self.get("/api/v1/query", {"query": promql})
-        return json.loads(body)
+        super().__init__(write_config(os.path.join(work_dir, "prometheus.yml"), config), work_dir, web_config_path)
+        self.start()
 
     def wait_for(self, predicate, what: str, timeout_s: float = 30, poll_s: float = 0.2):
         """Poll predicate() until it returns something truthy; that value, or an AssertionError naming `what`."""
@@ -208,16 +128,6 @@ class PrometheusServer:
         _status, body = self.get("/api/v1/alerts")
         alerts = json.loads(body)["data"]["alerts"]
         return [alert for alert in alerts if alert["labels"].get("alertname") == alertname and alert["state"] == "firing"]
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
 
 
 def make_loopback_tls(directory: str) -> dict:

@@ -3,6 +3,7 @@
     cluster = KubeCluster(state_dir, node_views, api_only=0, mig_strategy="single", dra=False)
     cluster.start()        # store + records, controllers, one kubelet per NodeView, HTTPS API, DIR/kubeconfig
     cluster.apply_fault("gpu-1", "stale-device-plugin"); cluster.clear_fault("gpu-1", "stale-device-plugin")
+    cluster.arm_fault("gpu-1", "stale-device-plugin", on_applied)   # at the node's next boot
     cluster.stop()
 
 Cluster-side fault kinds (`gpulab fault NODE KIND`):
@@ -45,6 +46,7 @@ from .pods import PodLogs
 
 KUBECONFIG_FILE = "kubeconfig"
 FAULT_NAMESPACE = "gpulab-faults"
+ARMABLE_FAULTS = ("stale-device-plugin", "device-plugin-crash", "kubelet-down")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
@@ -140,6 +142,17 @@ class KubeCluster:
             else:
                 self.api_only.set_down(node, True, now)
         self.manager.wake()
+
+    def arm_fault(self, node: str, kind: str, on_applied) -> None:
+        """``kind`` takes effect when the node's kubelet sees its next boot; ``on_applied(kind)`` is called then
+        (from the controller thread). Only kinds a boot can bring: not ``pdb-block``, not ``kubelet-restart``
+        (a boot restarts the kubelet anyway), not on API-only nodes (they never boot)."""
+        self._check_fault(node, kind)
+        if kind not in ARMABLE_FAULTS or node not in self.kubelets:
+            raise ValueError("fault %s cannot be armed for the next boot of %s (armable on node twins: %s)"
+                             % (kind, node, ", ".join(ARMABLE_FAULTS)))
+        with self._fault_lock, self.manager.pass_lock():
+            self.kubelets[node].arm_fault(kind, on_applied)
 
     def clear_fault(self, node: str, kind: str) -> None:
         """Undo a fault; clearing one that is not applied (or not applicable) does nothing."""

@@ -71,6 +71,7 @@ class Kubelet:
         self.executor = executor
         self.node_ip = node_ip or getattr(view, "ip", None) or "127.0.0.1"
         self.faults = set()
+        self._armed = {}                 # fault kind -> callback(kind): applied at the node's next boot
         self._view_dirty = True
         self._snapshot = None
         self._snapshot_at = 0.0
@@ -123,7 +124,13 @@ class Kubelet:
         self.faults.add(kind)
         self._view_dirty = True
 
+    def arm_fault(self, kind: str, on_applied) -> None:
+        """Apply ``kind`` when the kubelet next sees a new bootID (the node's next boot), then call
+        ``on_applied(kind)``: e.g. the stale device-plugin ledger a reboot leaves behind."""
+        self._armed[kind] = on_applied
+
     def clear_fault(self, kind: str, now: float) -> None:
+        self._armed.pop(kind, None)
         self.faults.discard(kind)
         if kind == "stale-device-plugin" and self._stale_plugin_uid is not None:
             # As if the stale plugin were restarted: it registers again.
@@ -182,6 +189,10 @@ class Kubelet:
         if not first_start:
             for runtime in self._runtime.values():
                 runtime["needs_restart"] = True
+            armed, self._armed = self._armed, {}
+            for kind, on_applied in armed.items():
+                self.apply_fault(kind, now)
+                on_applied(kind)
 
     def _node_object(self, snapshot: _ViewSnapshot) -> dict:
         return {"apiVersion": "v1", "kind": "Node",

@@ -1,0 +1,145 @@
+"""What a kubeadm-joined node shows its host side, for a node twin: the kubelet's files, its systemd unit and a
+running ``kubelet`` stand-in holding ``/var/lib/kubelet/device-plugins/kubelet.sock``.
+
+The Kubernetes side of the node (Node object, heartbeats, device plugin) is the kube twin's (``kube/sim``); this
+is only what tools on the node see: ``systemctl is-active kubelet``, the device-plugin directory and socket, the
+kubeconfig and flag files. nsinit calls ``install_kubelet_files`` before chroot at each boot (files are written
+once, on the node's disk, so an operator's changes stay) and ``start_kubelet_at_boot`` after it: the unit is
+enabled, so it starts at every boot, as systemd would start it.
+"""
+from __future__ import annotations
+
+import os
+
+from gpulab.osutil import in_root, write_file
+from gpulab.systemctl import enabled_state, start_unit
+
+KUBELET_ROOT_DIR = "/var/lib/kubelet"
+DEVICE_PLUGIN_DIR = KUBELET_ROOT_DIR + "/device-plugins"
+KUBELET_SOCKET = DEVICE_PLUGIN_DIR + "/kubelet.sock"
+KUBELET_UNIT = "kubelet.service"
+UNIT_PATH = "/lib/systemd/system/" + KUBELET_UNIT
+WANTS_LINK = "/etc/systemd/system/multi-user.target.wants/" + KUBELET_UNIT
+KUBELET_BINARY = "/usr/bin/kubelet"
+
+UNIT = """[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=https://kubernetes.io/docs/
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# kubeadm's drop-in (the stand-in does not expand $VARS, so the flags are spelled out)
+KUBEADM_DROPIN = """# Note: This dropin only works with kubeadm and kubelet v1.11+
+[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
+--kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
+--kubeconfig=/etc/kubernetes/kubelet.conf --config=/var/lib/kubelet/config.yaml
+"""
+
+KUBEADM_FLAGS = ('KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock '
+                 '--pod-infra-container-image=registry.k8s.io/pause:3.10"\n')
+
+KUBELET_CONFIG = """apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+rotateCertificates: true
+staticPodPath: /etc/kubernetes/manifests
+"""
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority: /etc/kubernetes/pki/ca.crt
+    server: %(server)s
+  name: %(cluster)s
+contexts:
+- context:
+    cluster: %(cluster)s
+    user: system:node:%(node)s
+  name: system:node:%(node)s@%(cluster)s
+current-context: system:node:%(node)s@%(cluster)s
+preferences: {}
+users:
+- name: system:node:%(node)s
+  user:
+    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem
+    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
+"""
+
+# The kubelet stand-in the unit runs: binds the device-plugin registration socket as the kubelet does at start (a
+# stale one is replaced; nothing needs to answer on it) and holds it; the file stays after a stop, as the real
+# kubelet leaves it. A small `python3 -S` script, not the gpulab package: it runs on every node all the time.
+STANDIN = """#!/usr/bin/python3 -S
+# gpulab node twin: kubelet stand-in (lab/gpulab/kubeadm.py); the node's Kubernetes side is the lab's kube twin
+import ctypes, os, signal, socket, sys, time
+ctypes.CDLL(None).prctl(15, b"kubelet", 0, 0, 0)  # PR_SET_NAME: `pgrep kubelet` finds it, as on a real node
+path = "%s"
+os.makedirs(os.path.dirname(path), exist_ok=True)
+if os.path.lexists(path):
+    os.unlink(path)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+server.listen(16)
+print("I0000 kubelet stand-in of the gpulab node twin (flags: %%s)" %% " ".join(sys.argv[1:]), flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(3600)
+""" % KUBELET_SOCKET
+
+
+def install_kubelet_files(merged: str, node_name: str, cluster_name: str = "kubernetes",
+                          api_server: str = "https://127.0.0.1:6443") -> None:
+    """The kubeadm layout on the node's disk (files already there are kept) and the kubelet stand-in binary."""
+    once = {
+        UNIT_PATH: UNIT,
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf": KUBEADM_DROPIN,
+        KUBELET_ROOT_DIR + "/kubeadm-flags.env": KUBEADM_FLAGS,
+        KUBELET_ROOT_DIR + "/config.yaml": KUBELET_CONFIG,
+        "/etc/kubernetes/kubelet.conf": KUBECONFIG % {"server": api_server, "cluster": cluster_name,
+                                                      "node": node_name},
+    }
+    first_time = not os.path.exists(in_root(merged, UNIT_PATH))
+    for path, text in once.items():
+        if not os.path.exists(in_root(merged, path)):
+            write_file(in_root(merged, path), text, 0o600 if path.endswith(".conf") and "kubernetes" in path
+                       else 0o644)
+    for directory in (DEVICE_PLUGIN_DIR, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", KUBELET_ROOT_DIR + "/pki"):
+        os.makedirs(in_root(merged, directory), exist_ok=True)
+    if first_time:  # kubeadm's packages enable the unit
+        link = in_root(merged, WANTS_LINK)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if not os.path.lexists(link):
+            os.symlink(UNIT_PATH, link)
+    write_file(in_root(merged, KUBELET_BINARY), STANDIN, 0o755)
+
+
+def start_kubelet_at_boot(log) -> None:
+    """After chroot: an enabled kubelet unit starts at boot (the host's enabled units do not: they are not the
+    node's)."""
+    if enabled_state(KUBELET_UNIT) == "enabled" and start_unit(KUBELET_UNIT) != 0:
+        log("kubelet.service failed to start at boot")
