@@ -105,7 +105,10 @@ def test_run_ids_sort_by_time():
     import datetime
     early = runbook.new_run_id(datetime.datetime(2026, 12, 3, 1, 0, tzinfo=datetime.timezone.utc))
     late = runbook.new_run_id(datetime.datetime(2026, 12, 3, 2, 0, tzinfo=datetime.timezone.utc))
-    assert early < late and early.startswith("20261203T010000Z-")
+    assert early < late and early.startswith("20261203T010000.000Z-")
+    first = runbook.new_run_id(datetime.datetime(2026, 12, 3, 1, 0, 0, 1000, tzinfo=datetime.timezone.utc))
+    second = runbook.new_run_id(datetime.datetime(2026, 12, 3, 1, 0, 0, 2000, tzinfo=datetime.timezone.utc))
+    assert first < second      # two runs in the same second still sort by start
 
 
 def test_node_rows_name_the_first_failure_and_order_by_batch():

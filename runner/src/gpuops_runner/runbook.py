@@ -30,8 +30,10 @@ class Refused(Exception):
 
 
 def new_run_id(now=None):
+    """UTC time to the millisecond, then random hex: run ids sort by start time, also for runs started within one
+    second (rotation keeps the newest by name)."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    return "%s-%s" % (now.strftime("%Y%m%dT%H%M%SZ"), secrets.token_hex(3))
+    return "%s%03dZ-%s" % (now.strftime("%Y%m%dT%H%M%S."), now.microsecond // 1000, secrets.token_hex(3))
 
 
 def utc_now():
