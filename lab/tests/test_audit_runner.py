@@ -19,6 +19,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from conftest import REPO_DIR, collections_path, start_lab, stop_lab
 
@@ -379,9 +380,16 @@ def files_under(*roots):
                 yield os.path.join(folder, name)
 
 
+def kubeconfig_token(lab) -> str:
+    with open(os.path.join(lab.state_dir, "kubeconfig")) as stream:
+        config = yaml.safe_load(stream)
+    return config["users"][0]["user"]["token"]
+
+
 def test_planted_secrets_appear_in_no_file_the_run_leaves(fleet, tmp_path):
     planted = {"mok_password": "mokpw-" + secrets.token_hex(12), "api_token": "tok-" + secrets.token_hex(12),
-               "k8s_key": "k8s-" + secrets.token_hex(12), "hmac_key": "hmac-" + secrets.token_hex(12),
+               # the twin's real API token: the diagnose runbook reads the cluster with it (a made-up one fails it)
+               "k8s_key": kubeconfig_token(fleet), "hmac_key": "hmac-" + secrets.token_hex(12),
                "vault_password": "vaultpw-" + secrets.token_hex(12), "no_log_value": "nolog-" + secrets.token_hex(12),
                "cli_token": "cli-" + secrets.token_hex(12)}
     # a collection copy whose diagnose runbook also handles the secrets

@@ -277,7 +277,7 @@ class CallbackModule(CallbackBase):
             secrets = None if host_secrets is None else secrets | host_secrets
         fields.update(summarise_result(kind, data, secrets, ignore_errors))
         gate = task_vars.get(GATE_VAR)
-        if gate:
+        if gate and kind != "skipped":     # a skipped gate was not evaluated: neither passed nor failed
             fields["gate"] = str(gate)
             fields["passed"] = fields["status"] in ("ok", "changed")
             self._write("gate", **fields)
