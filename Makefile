@@ -23,7 +23,7 @@ MATRIX ?= 2.16:3.11 2.21:3.13
 
 help:
 	@echo "make test    sanity (ansible-test), units (ansible-test), ansible-lint (production), twin tests"
-	@echo "make demo    start the fleet twin, run the diagnose playbook over it, stop the twin"
+	@echo "make demo    start the fleet twin, run the driver upgrade runbook over it (plan, then confirmed), stop the twin"
 	@echo "make test-matrix   unit tests + diagnose twin run on ansible-core $(MATRIX) (own venvs .venv-ac*)"
 	@echo "make deps | venv | sanity | units | lint | lab-test | clean"
 
