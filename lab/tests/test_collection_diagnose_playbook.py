@@ -67,7 +67,9 @@ def run_diagnose(lab, tmp_path, **extravars):
     result = ansible_runner.run(
         private_data_dir=str(tmp_path), playbook=PLAYBOOK, inventory=os.path.join(lab.state_dir, "inventory.yml"),
         extravars=extravars, quiet=True,
-        envvars={"ANSIBLE_COLLECTIONS_PATH": collection_path(),
+        # the collection first, then whatever else the caller's path holds (kubernetes.core in `make test-matrix`)
+        envvars={"ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+                     filter(None, [collection_path(), os.environ.get("ANSIBLE_COLLECTIONS_PATH")])),
                  "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
     facts, failed = {}, set()
     for event in result.events:
