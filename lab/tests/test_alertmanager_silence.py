@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from alertmanager_harness import ALERTMANAGER, AlertmanagerServer
 from conftest import collections_path, lab_env, start_lab, stop_lab
@@ -226,7 +227,8 @@ def start_prometheus(lab, alertmanager, work_dir):
     """A real Prometheus scraping the twin (its own scrape configuration) and firing RULES into Alertmanager."""
     from gpulab.prometheus import Prometheus, write_config
     with open(lab.info["metrics"]["prometheus_config"]) as stream:
-        config = json.load(stream)
+        config = yaml.safe_load(stream)
+    os.makedirs(work_dir, exist_ok=True)
     rules_path = os.path.join(work_dir, "rules.yml")
     with open(rules_path, "w") as stream:
         stream.write(RULES)
