@@ -251,6 +251,29 @@ def rfc3339(text):
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def run_runbook(lab, alertmanager, record_dir, run_id):
+    """(rc, output) of the driver upgrade runbook, confirmed, canary then one node, with Alertmanager."""
+    extra_vars = {
+        "gpuops_driver_version": NEW, "gpuops_confirm": "gpulab", "gpuops_run_id": run_id,
+        "gpuops_soak_seconds": 0, "gpuops_upgrade_batches": [1, 1], "gpuops_run_record_dir": record_dir,
+        "gpuops_reboot_timeout": 120, "gpuops_ready_timeout": 120, "gpuops_drain_timeout": 60,
+        "gpuops_budget_wait_timeout": 0, "precheck_require_kubelet": False,
+        "nvidia_driver_runfile_src": os.path.join(lab.state_dir, "runfiles")
+        + "/NVIDIA-Linux-x86_64-{{ nvidia_driver_version }}.run",
+        "gpuops_alertmanager_url": alertmanager.url,
+    }
+    done = subprocess.run(["ansible-playbook", "-i", os.path.join(lab.state_dir, "inventory.yml"),
+                           "gpuops.nvidia.driver_upgrade", "-e", json.dumps(extra_vars)],
+                          capture_output=True, text=True, timeout=900,
+                          env=dict(lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path()))
+    return done.returncode, done.stdout + done.stderr
+
+
+def run_record(record_dir, run_id):
+    with open(os.path.join(record_dir, "driver-upgrade-%s.json" % run_id)) as stream:
+        return json.load(stream)
+
+
 def test_the_runbook_silences_each_node_for_its_maintenance_only(needs_root, alertmanager, tmp_path):
     lab = start_lab(str(tmp_path / "state"), "--nodes", "2", "--driver", OLD, "--runfile", OLD, "--boot-delay", "0.5")
     prometheus = None
@@ -260,30 +283,17 @@ def test_the_runbook_silences_each_node_for_its_maintenance_only(needs_root, ale
         assert wait_for(lambda: {("GPUNodeWatchdog", "gpu-node-01"), ("GPUNodeWatchdog", "gpu-node-02")}
                         <= {(one["labels"]["alertname"], one["labels"].get("node")) for one in alertmanager.alerts()})
         run_id = "20261203T060000Z-5110"
-        extra_vars = {
-            "gpuops_driver_version": NEW, "gpuops_confirm": "gpulab", "gpuops_run_id": run_id,
-            "gpuops_soak_seconds": 0, "gpuops_upgrade_batches": [1, 1], "gpuops_run_record_dir": str(tmp_path / "runs"),
-            "gpuops_reboot_timeout": 120, "gpuops_ready_timeout": 120, "gpuops_drain_timeout": 60,
-            "gpuops_budget_wait_timeout": 0, "precheck_require_kubelet": False,
-            "nvidia_driver_runfile_src": os.path.join(lab.state_dir, "runfiles")
-            + "/NVIDIA-Linux-x86_64-{{ nvidia_driver_version }}.run",
-            "gpuops_alertmanager_url": alertmanager.url,
-        }
         since = time.time()
         log.start()
-        done = subprocess.run(["ansible-playbook", "-i", os.path.join(lab.state_dir, "inventory.yml"),
-                               "gpuops.nvidia.driver_upgrade", "-e", json.dumps(extra_vars)],
-                              capture_output=True, text=True, timeout=900,
-                              env=dict(lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path()))
+        rc, output = run_runbook(lab, alertmanager, str(tmp_path / "runs"), run_id)
         time.sleep(1)
         log.done.set()
         log.join()
-        assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+        assert rc == 0, output[-6000:]
 
-        with open(os.path.join(str(tmp_path / "runs"), "driver-upgrade-%s.json" % run_id)) as stream:
-            run_record = json.load(stream)
+        record = run_record(str(tmp_path / "runs"), run_id)
         silences = [silence for silence in alertmanager.silences() if "run=%s]" % run_id in silence["comment"]]
-        windows = {}
+        windows, ids = {}, {}
         for node in ("gpu-node-01", "gpu-node-02"):
             own = [silence for silence in silences if "node=%s " % node in silence["comment"]]
             assert len(own) == 3, own
@@ -294,8 +304,9 @@ def test_the_runbook_silences_each_node_for_its_maintenance_only(needs_root, ale
             start = max(rfc3339(silence["startsAt"]) for silence in own)
             end = min(rfc3339(silence["endsAt"]) for silence in own)  # expired: the time it was expired
             windows[node] = (start, end)
-            steps = run_record["nodes"][node]["record"]["steps"]
-            assert run_record["nodes"][node]["record"]["state"] == "done"
+            ids[node] = {silence["id"] for silence in own}
+            steps = record["nodes"][node]["record"]["steps"]
+            assert record["nodes"][node]["record"]["state"] == "done"
             # the record's times are whole seconds
             assert start <= rfc3339(steps["draining"]) + 1 and rfc3339(steps["done"]) <= end
             boots = [event["ts"] for event in lab.events(node=node, kind="up", since=since)]
@@ -312,7 +323,8 @@ def test_the_runbook_silences_each_node_for_its_maintenance_only(needs_root, ale
                 if ("GPUTelemetryMissing", node) in alerts:
                     seen_missing += 1
                     # a node's planned-reboot alert is only ever seen muted, by its own silences
-                    assert alerts[("GPUTelemetryMissing", node)], (at, node, alerts)
+                    muted_by = alerts[("GPUTelemetryMissing", node)]
+                    assert muted_by and muted_by <= ids[node], (at, node, alerts)
                 if start + 0.5 < at < end - 0.5 and alerts.get(("GPUNodeWatchdog", other)) == set():
                     other_loud_while_silenced[node] += 1
         assert seen_missing > 0
@@ -322,5 +334,25 @@ def test_the_runbook_silences_each_node_for_its_maintenance_only(needs_root, ale
         log.done.set()
         if prometheus is not None:
             prometheus.stop()
+        stop_lab(lab)
+        shutil.rmtree(str(tmp_path / "state"), ignore_errors=True)
+
+
+def test_a_failed_canarys_silences_are_expired_so_it_pages_and_the_next_node_is_never_silenced(
+        needs_root, alertmanager, tmp_path):
+    lab = start_lab(str(tmp_path / "state"), "--nodes", "2", "--driver", OLD, "--runfile", OLD, "--boot-delay", "0.5")
+    try:
+        lab.gpulab("fault", "gpu-node-01", "dkms-fail")
+        run_id = "20261203T061500Z-fa11"
+        rc, output = run_runbook(lab, alertmanager, str(tmp_path / "runs"), run_id)
+        assert rc != 0 and "stopped after batch 1" in output, output[-6000:]
+        record = run_record(str(tmp_path / "runs"), run_id)["nodes"]["gpu-node-01"]["record"]
+        assert record["state"] == "failed" and "dkms" in record["reason"]
+        silences = [silence for silence in alertmanager.silences() if "run=%s]" % run_id in silence["comment"]]
+        assert {"node=gpu-node-01 " in silence["comment"] for silence in silences} == {True}  # none of gpu-node-02
+        assert len(silences) == 3 and all(silence["status"]["state"] == "expired" for silence in silences)
+        # expired once the node's failure was recorded, not before
+        assert rfc3339(record["steps"]["failed"]) <= min(rfc3339(silence["endsAt"]) for silence in silences) + 1
+    finally:
         stop_lab(lab)
         shutil.rmtree(str(tmp_path / "state"), ignore_errors=True)
