@@ -335,7 +335,7 @@ def main():
         what = "silencing" if module.params["state"] == "present" else "expiring the silences of"
         message = "%s node %s: %s" % (what, module.params["node"], to_native(error))
         if module.params["fail_closed"]:
-            module.fail_json(msg=message + " (fail_closed: set it false to go on without)", error=message,
+            module.fail_json(msg=message + " (fail_closed; with fail_closed=false it warns and goes on)", error=message,
                              silence_ids=[], silences=[])
         module.warn(message)
         module.exit_json(changed=False, msg=message, error=message, silence_ids=[], silences=[])
