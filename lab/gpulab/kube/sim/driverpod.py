@@ -66,7 +66,8 @@ class OperatorPods:
         self._stopped = set()    # driver pod uids whose container got its SIGTERM
 
     def handles(self, pod: dict) -> bool:
-        return is_driver_pod(pod) or is_validator_pod(pod)
+        """GPU Operator mode only: elsewhere such pods are plain pods."""
+        return self.kubelet.config.operator_labels and (is_driver_pod(pod) or is_validator_pod(pod))
 
     def sync(self, pod: dict, pods: list, now: float) -> None:
         if is_driver_pod(pod):
