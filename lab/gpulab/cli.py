@@ -76,7 +76,7 @@ def cmd_up(args) -> int:
                 "boot_delay_s": args.boot_delay, "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
                 "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
-                "scrape_interval": args.scrape_interval}
+                "scrape_interval": args.scrape_interval, "bastion": args.bastion}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
@@ -123,6 +123,9 @@ def print_usage(state_dir: str, info: dict) -> None:
     elif metrics.get("prometheus_config"):
         print("Metrics:  prometheus --config.file %s   (dcgm-exporter per node, kube-state-metrics)"
               % metrics["prometheus_config"])
+    if info.get("bastion"):
+        print("Bastion:  %s@%s, the only way in: the nodes' sshd is in a network of their own (ProxyJump)"
+              % (info["bastion"]["user"], info["bastion"]["ip"]))
     print("Ansible:  ansible -i %s gpu_nodes -m ping" % info["inventory"])
     print("SSH:      ssh -F %s %s" % (info["ssh_config"], nodes[0]["name"] if nodes else "<node>"))
     print("Stop:     PYTHONPATH=%s python -m gpulab down --state-dir %s" % (LAB_DIR, state_dir))
@@ -135,6 +138,9 @@ def cmd_status(args) -> int:
         print(json.dumps(lab, indent=1, sort_keys=True))
         return 0
     print("lab %s: %s (%s)" % (lab["name"], lab["status"], lab["state_dir"]))
+    if lab.get("bastion"):
+        bastion = lab["bastion"]
+        print("bastion %s@%s: ssh %s" % (bastion["user"], bastion["ip"], "yes" if bastion["ssh"] else "no"))
     print("%-14s %-12s %-9s %-6s %-5s %-12s %s" % ("NODE", "IP", "STATUS", "BOOTS", "SSH", "DRIVER", "FAULTS"))
     for node in lab["nodes"]:
         driver = node["kernel_driver_version"] if node["module_loaded"] else "-"
@@ -227,6 +233,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--prometheus-rules", action="append", metavar="FILE",
                     help="rule file Prometheus loads (repeatable), e.g. files/prometheus/gpu-alerts.yml")
     up.add_argument("--scrape-interval", default="1s", help="Prometheus scrape and rule interval (default 1s)")
+    up.add_argument("--bastion", action="store_true",
+                    help="the nodes boot in a network namespace of their own whose only way in is a bastion "
+                         "(user gpuops, ProxyJump in DIR/ssh_config); a direct ssh to a node fails")
     up.add_argument("--nvidia-backend", default="gpulab.nvidia", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 
