@@ -16,8 +16,8 @@ import time
 
 from gpulab import sshkeys
 from gpulab.bridge import TcpBridge, listening
-from gpulab.osutil import LAB_DIR, kill_pids, pid_namespace, pids_in_namespace, port_accepts, read_json, wait_namespace_empty, \
-    write_json
+from gpulab.osutil import LAB_DIR, kill_pids, pid_namespace, pids_in_namespace, port_accepts, read_json, \
+    wait_namespace_empty, write_json
 
 NAME = "bastion"
 USER = "gpuops"

@@ -19,6 +19,13 @@ def listening(sock: socket.socket, ip: str, port: int) -> socket.socket:
     return sock
 
 
+def connect_tcp(host: str, port: int) -> socket.socket:
+    """A blocking connection (the timeout is only the connect's)."""
+    conn = socket.create_connection((host, port), timeout=5)
+    conn.settimeout(None)
+    return conn
+
+
 class TcpBridge:
     def __init__(self, name: str, listener: socket.socket, connect):
         self.name = name

@@ -21,7 +21,7 @@ import time
 import traceback
 
 from gpulab import bastion as fleet_bastion, inventory, netns, sshkeys
-from gpulab.bridge import TcpBridge, listening
+from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
 from gpulab.labmetrics import LabMetrics
@@ -120,12 +120,6 @@ def ssh_clients_of(ips: list) -> list:
     return pids
 
 
-def host_connection(host: str, port: int) -> socket.socket:
-    conn = socket.create_connection((host, port), timeout=5)
-    conn.settimeout(None)
-    return conn
-
-
 def running_nodes(state_dir: str) -> list:
     """[(node.json dict, pid namespace)] of this state dir's nodes whose PID 1 still runs."""
     own_namespace = pid_namespace(os.getpid())
@@ -140,9 +134,8 @@ def running_nodes(state_dir: str) -> list:
 
 
 def kill_ssh_clients_of_running_nodes(state_dir: str) -> None:
-    """Host ssh clients (ControlPersist masters, ProxyJump hops to the bastion) of our nodes, while our sshds still
-    hold the addresses: once a node is gone another lab may take its address, and its clients are not ours to
-    kill."""
+    """Host ssh clients (ControlPersist masters, ProxyJump hops) of our nodes, while our sshds still hold the
+    addresses: once a node is gone another lab may take its address, and its clients are not ours to kill."""
     ips = [node["ip"] for node, _namespace in running_nodes(state_dir)]
     ips += [ip for ip in [fleet_bastion.running_address(state_dir)] if ip]
     if ips:
@@ -303,7 +296,7 @@ class Lab:
         network."""
         host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
         listener = listening(self.network.socket(), host, int(port))
-        self.bridges.append(TcpBridge("to-host-%s" % port, listener, lambda: host_connection(host, int(port))).start())
+        self.bridges.append(TcpBridge("to-host-%s" % port, listener, lambda: connect_tcp(host, int(port))).start())
 
     def write_runfiles(self) -> None:
         versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])))

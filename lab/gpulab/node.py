@@ -202,8 +202,8 @@ class Node:
         log_file = open(os.path.join(self.dir, "boot.log"), "a")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([LAB_DIR] + self.lab.extra_pythonpath))
         self.process = subprocess.Popen(
-            self.network_prefix() + ["unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private", "--",
-             sys.executable, "-m", "gpulab.nsinit", request_path],
+            self.network_prefix() + ["unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private",
+                                     "--", sys.executable, "-m", "gpulab.nsinit", request_path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file, env=env, cwd="/",
             start_new_session=True)
         log_file.close()
@@ -298,7 +298,8 @@ class Node:
             return (255, "", "node %s is not running" % self.name)
         env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
         try:
-            done = subprocess.run(self.nsenter_node() + list(argv), capture_output=True, text=True, timeout=timeout, env=env)
+            done = subprocess.run(self.nsenter_node() + list(argv), capture_output=True, text=True, timeout=timeout,
+                                  env=env)
         except subprocess.TimeoutExpired as error:
             return (124, error.stdout or "", "timed out after %ss" % timeout)
         return (done.returncode, done.stdout, done.stderr)

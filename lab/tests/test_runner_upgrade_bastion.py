@@ -89,3 +89,13 @@ def test_the_audit_trail_verifies_and_names_the_ticket_and_every_node_step_and_g
         gates = {record["gate"]: record["passed"] for record in trail
                  if record["event"] == "gate" and record["host"] == node}
         assert {"precheck", "driver_loaded", "allocatable"} <= set(gates) and all(gates.values()), (node, gates)
+        lanes = {record.get("step") for record in trail if record.get("host") == node}
+        assert {"drain", "install", "reboot", "verify"} <= lanes, (node, lanes)
+
+
+def test_the_run_leaves_a_timeline_with_each_node_s_steps_in_their_lanes(upgrade):
+    run_id = records(upgrade["audit_log"])[0]["run_id"]
+    with open(os.path.join(upgrade["data_dir"], "runs", run_id, "timeline.svg")) as stream:
+        svg = stream.read()
+    assert all(name in svg for name in upgrade["lab"].node_names)
+    assert all('class="step %s' % lane in svg for lane in ("drain", "install", "reboot", "verify", "soak"))
