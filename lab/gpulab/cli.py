@@ -81,7 +81,9 @@ def cmd_up(args) -> int:
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
     spawn_daemon(state_dir)
-    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes)
+    # building the stub modules of each runfile version dominates `up` and takes minutes on a loaded machine;
+    # the daemon reports a failed start by itself, this only bounds a hang
+    info = wait_ready(state_dir, timeout_s=240 + 5 * args.nodes)
     print_usage(state_dir, info)
     return 0
 

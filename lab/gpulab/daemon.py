@@ -267,6 +267,7 @@ class Lab:
             self.bastion.boot(self.network)
             self.bastion.open_door(self.network)
             self.bridge_into_fleet(self.runfile_mirror.url)
+            self.events.emit("lab", "bastion-up", ip=self.bastion.ip)
         with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
             results = list(pool.map(lambda node: node.boot(), self.nodes))
         failed = [node.name for node, ok in zip(self.nodes, results) if not ok]

@@ -122,3 +122,16 @@ def clients_of(state_dir: str) -> list:
         except (OSError, ValueError):
             continue
     return pids
+
+
+def test_down_after_a_daemon_crash_still_sweeps_the_bastion_and_the_namespace(tmp_path):
+    lab = start_lab(str(tmp_path / "state"), "--nodes", "1", "--bastion", "--boot-delay", "0.5")
+    try:
+        info = lab.info
+        assert ssh(lab, "-o", "ControlMaster=auto", "-o", "ControlPersist=60", "gpu-node-01", "true").returncode == 0
+        os.kill(info["daemon_pid"], 9)
+        assert pids_in_network(info["network"]["namespace"])
+    finally:
+        stop_lab(lab)
+    assert pids_in_network(info["network"]["namespace"]) == [] and clients_of(lab.state_dir) == []
+    assert not os.path.exists(lab.state_dir)
