@@ -293,8 +293,7 @@ class Lab:
         self.save_info(bastion={"name": fleet_bastion.NAME, "ip": bastion_ip, "user": fleet_bastion.USER})
 
     def bridge_into_fleet(self, url: str) -> None:
-        """A host service the nodes use (``http(s)://127.0.0.1:PORT``) at the same address inside the fleet
-        network."""
+        """A host service the nodes use (``http(s)://127.0.0.1:PORT``), at the same address in the fleet network."""
         host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
         listener = listening(self.network.socket(), host, int(port))
         self.bridges.append(TcpBridge("to-host-%s" % port, listener, lambda: connect_tcp(host, int(port))).start())
