@@ -30,9 +30,11 @@ def fleet(tmp_path_factory):
     shutil.rmtree(os.path.dirname(state_dir), ignore_errors=True)
 
 
-def ssh(lab, *args, timeout=30) -> subprocess.CompletedProcess:
-    return subprocess.run(["ssh", "-F", os.path.join(lab.state_dir, "ssh_config"), "-o", "ControlMaster=no"]
-                          + list(args), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def ssh(lab, *args, master=False, timeout=30) -> subprocess.CompletedProcess:
+    """ssh with the lab's ssh_config; ``master``: leave a ControlPersist master behind, as Ansible does."""
+    control = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60"] if master else ["-o", "ControlMaster=no"]
+    return subprocess.run(["ssh", "-F", os.path.join(lab.state_dir, "ssh_config")] + control + list(args),
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def node_ip(lab, name: str) -> str:
@@ -98,8 +100,8 @@ def test_down_leaves_no_process_and_no_namespace(fleet):
         [pid_namespace(status["bastion"]["pid"])]
     assert len(pids_in_network(namespace)) > 3 and None not in pid_namespaces
     # an ssh master through the bastion, as Ansible leaves one, must not keep anything alive
-    master = ssh(fleet, "-o", "ControlMaster=auto", "-o", "ControlPersist=60", "gpu-node-01", "true")
-    assert master.returncode == 0
+    assert ssh(fleet, "gpu-node-01", "true", master=True).returncode == 0
+    assert clients_of(fleet.state_dir)
     fleet.gpulab("down")
     deadline = time.monotonic() + 5
     while pids_in_network(namespace) and time.monotonic() < deadline:
@@ -112,12 +114,16 @@ def test_down_leaves_no_process_and_no_namespace(fleet):
 
 
 def clients_of(state_dir: str) -> list:
-    """PIDs of processes started with the lab's ssh_config (ssh masters and their ProxyJump hops)."""
+    """PIDs of the lab's ssh clients: run with its ssh_config or serving a master socket in its cm/ (a master
+    renames itself ``ssh: DIR/cm/... [mux]``), ProxyJump hops included."""
     pids = []
     for entry in os.listdir("/proc"):
         try:
+            with open("/proc/%s/comm" % entry) as stream:
+                if stream.read().strip() != "ssh":
+                    continue
             with open("/proc/%s/cmdline" % entry, "rb") as stream:
-                if (state_dir + "/ssh_config").encode() in stream.read():
+                if state_dir.encode() in stream.read():
                     pids.append(int(entry))
         except (OSError, ValueError):
             continue
@@ -128,7 +134,7 @@ def test_down_after_a_daemon_crash_still_sweeps_the_bastion_and_the_namespace(tm
     lab = start_lab(str(tmp_path / "state"), "--nodes", "1", "--bastion", "--boot-delay", "0.5")
     try:
         info = lab.info
-        assert ssh(lab, "-o", "ControlMaster=auto", "-o", "ControlPersist=60", "gpu-node-01", "true").returncode == 0
+        assert ssh(lab, "gpu-node-01", "true", master=True).returncode == 0 and clients_of(lab.state_dir)
         os.kill(info["daemon_pid"], 9)
         assert pids_in_network(info["network"]["namespace"])
     finally:
