@@ -130,8 +130,9 @@ def clients_of(state_dir: str) -> list:
     return pids
 
 
-def test_down_after_a_daemon_crash_still_sweeps_the_bastion_and_the_namespace(tmp_path):
-    lab = start_lab(str(tmp_path / "state"), "--nodes", "1", "--bastion", "--boot-delay", "0.5")
+def test_down_after_a_daemon_crash_still_sweeps_the_bastion_and_the_namespace(tmp_path_factory):
+    # a short state dir: under a longer one the lab's ssh_config goes without ControlMaster (inventory.py)
+    lab = start_lab(str(tmp_path_factory.mktemp("crash") / "state"), "--nodes", "1", "--bastion", "--boot-delay", "0.5")
     try:
         info = lab.info
         assert ssh(lab, "gpu-node-01", "true", master=True).returncode == 0 and clients_of(lab.state_dir)
