@@ -81,13 +81,15 @@ def cmd_up(args) -> int:
                 "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
                 "scrape_interval": args.scrape_interval, "gpu_operator": args.gpu_operator,
-                "operator_time_scale": args.operator_time_scale}
+                "operator_time_scale": args.operator_time_scale, "bastion": args.bastion}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
     spawn_daemon(state_dir)
-    # GPU Operator mode prebuilds one more driver version (the driver pods') before the nodes boot
-    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes + (60 if args.gpu_operator else 0))
+    # building the stub modules of each runfile version dominates `up` and takes minutes on a loaded machine
+    # (GPU Operator mode prebuilds the driver pods' version too); the daemon reports a failed start by itself,
+    # this only bounds a hang
+    info = wait_ready(state_dir, timeout_s=240 + 5 * args.nodes + (60 if args.gpu_operator else 0))
     print_usage(state_dir, info)
     return 0
 
@@ -129,6 +131,9 @@ def print_usage(state_dir: str, info: dict) -> None:
     elif metrics.get("prometheus_config"):
         print("Metrics:  prometheus --config.file %s   (dcgm-exporter per node, kube-state-metrics)"
               % metrics["prometheus_config"])
+    if info.get("bastion"):
+        print("Bastion:  %s@%s, the only way in: the nodes' sshd is in a network of their own (ProxyJump)"
+              % (info["bastion"]["user"], info["bastion"]["ip"]))
     print("Ansible:  ansible -i %s gpu_nodes -m ping" % info["inventory"])
     print("SSH:      ssh -F %s %s" % (info["ssh_config"], nodes[0]["name"] if nodes else "<node>"))
     print("Stop:     PYTHONPATH=%s python -m gpulab down --state-dir %s" % (LAB_DIR, state_dir))
@@ -141,6 +146,9 @@ def cmd_status(args) -> int:
         print(json.dumps(lab, indent=1, sort_keys=True))
         return 0
     print("lab %s: %s (%s)" % (lab["name"], lab["status"], lab["state_dir"]))
+    if lab.get("bastion"):
+        bastion = lab["bastion"]
+        print("bastion %s@%s: ssh %s" % (bastion["user"], bastion["ip"], "yes" if bastion["ssh"] else "no"))
     print("%-14s %-12s %-9s %-6s %-5s %-12s %s" % ("NODE", "IP", "STATUS", "BOOTS", "SSH", "DRIVER", "FAULTS"))
     for node in lab["nodes"]:
         driver = node["kernel_driver_version"] if node["module_loaded"] else "-"
@@ -241,6 +249,9 @@ def parser() -> argparse.ArgumentParser:
                     help="multiply the GPU Operator's timers (upgrade requeue 120 s, validation timeout 600 s, "
                          "upgradePolicy timeouts) and the kubelet's crash back-off by F, e.g. 0.01 in tests "
                          "(default 1: the real Operator)")
+    up.add_argument("--bastion", action="store_true",
+                    help="the nodes boot in a network namespace of their own whose only way in is a bastion "
+                         "(user gpuops, ProxyJump in DIR/ssh_config); a direct ssh to a node fails")
     up.add_argument("--nvidia-backend", default="gpulab.nvidia", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 

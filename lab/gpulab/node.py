@@ -206,8 +206,8 @@ class Node:
         log_file = open(os.path.join(self.dir, "boot.log"), "a")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([LAB_DIR] + self.lab.extra_pythonpath))
         self.process = subprocess.Popen(
-            ["unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private", "--",
-             sys.executable, "-m", "gpulab.nsinit", request_path],
+            self.network_prefix() + ["unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private",
+                                     "--", sys.executable, "-m", "gpulab.nsinit", request_path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file, env=env, cwd="/",
             start_new_session=True)
         log_file.close()
@@ -237,10 +237,24 @@ class Node:
                     % (BOOT_TIMEOUT_S, self.dir)}
         return json.loads(line)
 
+    def network_prefix(self) -> list:
+        """``nsenter --net=...`` into the fleet network of ``up --bastion``; nothing otherwise (the host's)."""
+        network = getattr(self.lab, "network", None)
+        return network.nsenter_prefix() if network else []
+
+    def ssh_answers(self) -> bool:
+        network = getattr(self.lab, "network", None)
+        return network.port_accepts(self.ip) if network else port_accepts(self.ip)
+
+    def nsenter_node(self) -> list:
+        """nsenter into the running node's namespaces (its network too when it has its own)."""
+        namespaces = ["-m", "-u", "-p"] + (["-n"] if getattr(self.lab, "network", None) else [])
+        return ["nsenter", "-t", str(self.holder_pid)] + namespaces + ["-r", "-w", "--"]
+
     def wait_ssh(self) -> bool:
         deadline = time.monotonic() + SSH_WAIT_S
         while time.monotonic() < deadline:
-            if port_accepts(self.ip):
+            if self.ssh_answers():
                 return True
             time.sleep(0.05)
         return False
@@ -288,8 +302,8 @@ class Node:
             return (255, "", "node %s is not running" % self.name)
         env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
         try:
-            done = subprocess.run(["nsenter", "-t", str(self.holder_pid), "-m", "-u", "-p", "-r", "-w", "--"]
-                                  + list(argv), capture_output=True, text=True, timeout=timeout, env=env)
+            done = subprocess.run(self.nsenter_node() + list(argv), capture_output=True, text=True, timeout=timeout,
+                                  env=env)
         except subprocess.TimeoutExpired as error:
             return (124, error.stdout or "", "timed out after %ss" % timeout)
         return (done.returncode, done.stdout, done.stderr)
@@ -302,8 +316,7 @@ class Node:
             return None
         environment = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
         environment.update(env or {})
-        return subprocess.Popen(["nsenter", "-t", str(self.holder_pid), "-m", "-u", "-p", "-r", "-w", "--"]
-                                + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        return subprocess.Popen(self.nsenter_node() + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=environment, start_new_session=True)
 
     def _program_path(self, program: str):
@@ -466,7 +479,7 @@ class Node:
                 "module_loaded": self.state["module_loaded"],
                 "kernel_driver_version": self.state["kernel_driver_version"],
                 "last_boot_s": self.state["last_boot_s"], "pid": self.holder_pid,
-                "ssh": port_accepts(self.ip) if self.status == "up" else False}
+                "ssh": self.ssh_answers() if self.status == "up" else False}
 
 
 class NodeView:
