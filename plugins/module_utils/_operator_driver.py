@@ -446,15 +446,20 @@ def driver_pod_view(pods, daemonsets, revisions, version=None) -> dict:
             "terminating": bool(_meta(pod).get("deletionTimestamp")), "problem": pod_problem(pod)}
 
 
-def should_restart(driver: dict, retry_failed: bool) -> bool:
-    """Delete the node's driver pod (the runbook's own restart, autoUpgrade off, or a retry): it is not of the
-    DaemonSet's newest revision while the DaemonSet already carries the target (its replacement will), or it is
-    failing and this is a retry."""
+def outdated_pod_to_restart(driver: dict) -> bool:
+    """The runbook's own restart (autoUpgrade off): the node's driver pod is not of the DaemonSet's newest revision
+    while the DaemonSet already carries the target, so its replacement will."""
     if driver.get("pod") is None or driver.get("terminating"):
         return False
-    if not driver.get("in_sync") and driver.get("daemonset_current") is not False:
-        return True
-    return bool(retry_failed and driver.get("in_sync") and driver.get("failing"))
+    return not driver.get("in_sync") and driver.get("daemonset_current") is not False
+
+
+def failing_pod_to_retry(driver: dict) -> bool:
+    """A retry: the node's driver pod is of the newest revision but failing (CrashLoopBackOff past the Operator's
+    10 restarts): a fresh pod starts its restarts anew."""
+    if driver.get("pod") is None or driver.get("terminating"):
+        return False
+    return bool(driver.get("in_sync") and driver.get("failing"))
 
 
 def node_progress(node: dict, driver: dict, validators, auto_upgrade_on: bool, require_validator: bool) -> dict:

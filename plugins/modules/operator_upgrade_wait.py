@@ -19,7 +19,7 @@ description:
   - Failed means the upgrade controller set C(upgrade-failed) (with O(auto_upgrade)), or the new driver pod is not
     Ready with a container restarted more than 10 times (the Operator's own rule), or O(timeout) passed; the
     message names the driver pod's trouble (waiting reason, last termination message).
-  - O(restart_outdated_pod) (the runbook's path with C(autoUpgrade) off) deletes the node's driver pod when it is
+  - O(restart_outdated_pod) (the runbook's path with C(autoUpgrade) off) deletes the node's driver pod (once) when it is
     not of the newest revision and the DaemonSet already carries the target, so that the C(OnDelete) DaemonSet
     recreates it at the new revision; drain the node first. O(retry_failed) first puts a node the controller
     left in C(upgrade-failed) back to C(upgrade-required) (with O(auto_upgrade)) and deletes a failing driver pod
@@ -232,7 +232,7 @@ def main():
     params = module.params
     cluster = Cluster(module, api_client_from_module(module))
     started = time.monotonic()
-    restarted, retried, retry_pending = [], False, params["retry_failed"]
+    restarted, retried, retry_pending, restarted_outdated = [], False, params["retry_failed"], False
     while True:
         node, driver, validators = observe(cluster, params)
         if retry_pending:
@@ -243,13 +243,15 @@ def main():
                 if not module.check_mode:
                     cluster.set_state(params["node"], patch)
                     node, driver, validators = observe(cluster, params)
-            if operator.should_restart(driver, True) and driver["pod"] not in restarted:
+            if operator.failing_pod_to_retry(driver) and driver["pod"] not in restarted:
                 restarted.append(driver["pod"])
                 if not module.check_mode:
                     cluster.delete_pod(driver["namespace"], driver["pod"])
                 continue
-        if params["restart_outdated_pod"] and operator.should_restart(driver, False) \
+        # once: a replacement that is still not of the newest revision is waited for, never deleted in a loop
+        if params["restart_outdated_pod"] and not restarted_outdated and operator.outdated_pod_to_restart(driver) \
                 and driver["pod"] not in restarted:
+            restarted_outdated = True
             restarted.append(driver["pod"])
             if not module.check_mode:
                 cluster.delete_pod(driver["namespace"], driver["pod"])

@@ -256,7 +256,7 @@ def test_a_pod_is_in_sync_with_the_newest_controller_revision():
     assert view["in_sync"] and view["current"] and view["ready"] and not view["failing"]
     old = op.driver_pod_view([driver_pod("old", OLD)], [daemonset()], REVISIONS, NEW)
     assert not old["in_sync"] and not old["current"]
-    assert op.should_restart(old, retry_failed=False)
+    assert op.outdated_pod_to_restart(old) and not op.failing_pod_to_retry(old)
 
 
 def test_without_revisions_the_images_decide():
@@ -268,7 +268,7 @@ def test_a_daemonset_not_yet_rewritten_is_not_the_new_driver_and_its_pod_is_not_
     stale = daemonset(image="nvcr.io/nvidia/driver:%s-ubuntu22.04" % OLD)
     view = op.driver_pod_view([driver_pod("old", OLD)], [stale], [revision("old", 1)], NEW)
     assert view["in_sync"] and not view["current"] and view["daemonset_current"] is False
-    assert not op.should_restart(view, retry_failed=False)
+    assert not op.outdated_pod_to_restart(view)
 
 
 def test_the_newest_pod_is_the_one_looked_at_while_the_old_one_terminates():
@@ -286,7 +286,7 @@ def test_a_driver_pod_restarted_more_than_ten_times_fails_with_its_message():
     progress = op.node_progress(node("gpu-node-01"), view, [], auto_upgrade_on=False, require_validator=True)
     assert progress["failed"] == ("driver pod nvidia-driver-daemonset-new fails: nvidia-driver-ctr: CrashLoopBackOff, "
                                   "11 restarts, Could not unload NVIDIA driver kernel modules, driver is in use")
-    assert op.should_restart(view, retry_failed=True) and not op.should_restart(view, retry_failed=False)
+    assert op.failing_pod_to_retry(view) and not op.outdated_pod_to_restart(view)
     ten = op.driver_pod_view([driver_pod(ready=False, restarts=10)], [daemonset()], REVISIONS, NEW)
     assert not ten["failing"]
 
