@@ -86,7 +86,8 @@ def cmd_up(args) -> int:
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
     spawn_daemon(state_dir)
-    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes)
+    # GPU Operator mode prebuilds one more driver version (the driver pods') before the nodes boot
+    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes + (60 if args.gpu_operator else 0))
     print_usage(state_dir, info)
     return 0
 
@@ -248,8 +249,8 @@ def parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     fault = sub.add_parser("fault", parents=[common], help="break a node: reboot-hang, slow-boot, xid:N[:GPU], "
-                           "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, operator-driver-fail, or a "
-                           "cluster fault")
+                           "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, operator-driver-fail, "
+                           "or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")
     fault.add_argument("--at-next-boot", action="store_true",

@@ -270,15 +270,17 @@ class Lab:
         self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
 
     def write_runfiles(self) -> None:
-        operator_driver = [self.settings["driver"]] if self.settings.get("gpu_operator") else []
-        # (GPU Operator mode: the driver pods' version is prebuilt into DIR/cache with the runfiles)
-        versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])
-                                      + operator_driver))
+        versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])))
         write = nvidia_function(self.nvidia_backend, "runfile.write_runfile")
         # with cache_dir the NVIDIA layer prebuilds each version's modules once for all nodes
         written = [write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, cache_dir=self.cache_dir)
                    for version in versions]
         self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
+        if self.settings.get("gpu_operator") and self.settings["driver"] not in versions:
+            # the driver pods' modules, prebuilt once for all nodes (their driver container builds from the cache)
+            version = self.settings["driver"]
+            flavor = nvidia_function(self.nvidia_backend, "installer.Options")(version).flavor   # its default
+            nvidia_function(self.nvidia_backend, "runfile.prebuild_modules")(self.cache_dir, version, flavor)
 
     def start_runfile_mirror(self) -> dict:
         """The loopback HTTP mirror of DIR/runfiles (with SHA256SUMS); returns the inventory variables that point

@@ -74,7 +74,8 @@ def start(root: str, version: str, hw: dict, efi, faults: list, loaded_version, 
     except InstallerError as error:
         log += str(error).splitlines() + ["Could not install NVIDIA driver"]
         return result
-    log += ["Relinking NVIDIA driver kernel modules...", "Building NVIDIA driver package nvidia-modules-%s..." % release,
+    log += ["Relinking NVIDIA driver kernel modules...",
+            "Building NVIDIA driver package nvidia-modules-%s..." % release,
             "Installing NVIDIA driver kernel modules...", "Loading ipmi and i2c_core kernel modules...",
             "Loading NVIDIA driver kernel modules...", "+ modprobe nvidia", "+ modprobe nvidia-uvm",
             "+ modprobe nvidia-modeset"]

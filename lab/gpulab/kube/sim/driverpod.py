@@ -6,6 +6,8 @@
   that fails (the old modules are held by GPU pods: "driver is in use"; a build failure under the fault
   `operator-driver-fail`) exits 1: CrashLoopBackOff with the kubelet's back-off, `restartCount` growing. Its
   log is the pod log. Deleting the pod stops the container (SIGTERM): the modules are unloaded unless in use.
+  Before a new driver pod's container starts, its k8s-driver-manager init container deletes the node's GPU pods
+  (ENABLE_GPU_POD_EVICTION=true) unless the node is annotated `nvidia.com/gpu-driver-upgrade-enabled=true`.
 - Validator pod (`app=nvidia-operator-validator`): Ready while the node's driver is loaded and the device
   plugin advertises GPUs (what its driver/toolkit/cuda/plugin validations establish), not Ready otherwise.
 
@@ -17,12 +19,14 @@ from __future__ import annotations
 from ..api.eviction import pod_is_ready, pod_is_terminal
 from .objects import meta
 from .scheduler import pod_requests
+from .upgrade_eviction import is_gpu_pod
 
 NAMESPACE = "gpu-operator"
 DRIVER_APP = "nvidia-driver-daemonset"
 VALIDATOR_APP = "nvidia-operator-validator"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+UPGRADE_ENABLED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-enabled"
 
 
 def _app(pod: dict):
@@ -62,7 +66,8 @@ class OperatorPods:
         self._stopped = set()    # driver pod uids whose container got its SIGTERM
 
     def handles(self, pod: dict) -> bool:
-        return is_driver_pod(pod) or is_validator_pod(pod)
+        """GPU Operator mode only: elsewhere such pods are plain pods."""
+        return self.kubelet.config.operator_labels and (is_driver_pod(pod) or is_validator_pod(pod))
 
     def sync(self, pod: dict, pods: list, now: float) -> None:
         if is_driver_pod(pod):
@@ -92,11 +97,32 @@ class OperatorPods:
             runtime.get("state") == "crashed" and now >= runtime["next_attempt"])
         if not due:
             return
+        if runtime is None and self._manager_evicting(pod, pods, now):
+            return
         runtime = kubelet._start_container(pod, now)
         runtime["state"] = "starting"
         kubelet._write_running(pod, runtime, now, ready=False)
         in_use = any(holds_driver(other) for other in pods)
         self._jobs[uid] = kubelet.executor.submit(self._start, driver_version(pod), in_use)
+
+    def _manager_evicting(self, pod: dict, pods: list, now: float) -> bool:
+        """The k8s-driver-manager init container (a new pod only): with ENABLE_GPU_POD_EVICTION=true and the
+        node not annotated `nvidia.com/gpu-driver-upgrade-enabled=true` (then the upgrade controller owns
+        eviction) it deletes the node's GPU pods (those asking for a GPU resource) and waits until they are gone."""
+        manager = next((c for c in (pod.get("spec") or {}).get("initContainers") or []
+                        if c.get("name") == "k8s-driver-manager"), None)
+        env = {item.get("name"): item.get("value") for item in (manager or {}).get("env") or []}
+        node = self.kubelet.client.informer.get("nodes", self.kubelet.name) or {}
+        if env.get("ENABLE_GPU_POD_EVICTION") != "true" or \
+                (meta(node).get("annotations") or {}).get(UPGRADE_ENABLED_ANNOTATION) == "true":
+            return False
+        gpu_pods = [other for other in pods if is_gpu_pod(other) and meta(other).get("namespace") != NAMESPACE]
+        for other in gpu_pods:
+            if not meta(other).get("deletionTimestamp"):
+                self.kubelet.client.delete("pods", other)
+        if gpu_pods and (pod.get("status") or {}).get("phase") != "Pending":
+            self.kubelet._write_creating(pod, None, now)
+        return bool(gpu_pods)
 
     def _start(self, version, in_use: bool):
         try:

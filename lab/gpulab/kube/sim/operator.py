@@ -28,7 +28,7 @@ import os
 
 from ..api.errors import ApiError
 from ..api.timefmt import rfc3339
-from .driverpod import DRIVER_APP, DRIVER_CONTAINER, NAMESPACE, VALIDATOR_APP
+from .driverpod import DRIVER_APP, DRIVER_CONTAINER, NAMESPACE, UPGRADE_ENABLED_ANNOTATION, VALIDATOR_APP
 from .objects import meta, owner_reference, pod_is_terminating
 
 CRD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_operator_crds")
@@ -41,7 +41,6 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 DEPLOY_OPERANDS = ("driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",
                    "node-status-exporter", "operator-validator", "mig-manager")
-UPGRADE_ENABLED_ANNOTATION = "nvidia.com/gpu-driver-upgrade-enabled"
 OS_TAG = "debian12"       # the Operator appends the node's OS (os-release ID + VERSION_ID) to the driver tag
 OPERATOR_VERSION = "v25.3.0"
 DRIVER_MANAGER_IMAGE = "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.8.0"
@@ -88,7 +87,8 @@ def cluster_policy_manifest(driver_version: str) -> dict:
 
 
 def install(manager, config: OperatorConfig) -> None:
-    """What `helm install gpu-operator` leaves: namespace, CRDs, ServiceAccounts, the ClusterPolicy."""
+    """What `helm install gpu-operator` leaves: namespace, CRDs, ServiceAccounts, the ClusterPolicy (and the
+    `nvidia` RuntimeClass its toolkit operand makes)."""
     import yaml   # PyYAML: the CRDs are the upstream YAML files
 
     manager.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -98,6 +98,9 @@ def install(manager, config: OperatorConfig) -> None:
     for name in SERVICE_ACCOUNTS:
         manager.create("serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
                                            "metadata": {"name": name, "namespace": NAMESPACE}}, namespace=NAMESPACE)
+    # the container-toolkit operand's RuntimeClass (GPU pods may run with runtimeClassName: nvidia)
+    manager.create("runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                      "metadata": {"name": "nvidia"}, "handler": "nvidia"})
     manager.store.create(CLUSTER_POLICY_RESOURCE, cluster_policy_manifest(config.driver_version))
 
 
@@ -224,9 +227,9 @@ class GpuOperator:
                 annotation_patch[UPGRADE_ENABLED_ANNOTATION] = "true"
             elif not upgrade_enabled and UPGRADE_ENABLED_ANNOTATION in annotations:
                 annotation_patch[UPGRADE_ENABLED_ANNOTATION] = None
-            if patch or annotation_patch:
-                self.manager.patch("nodes", node, {"metadata": {"labels": patch or None,
-                                                                "annotations": annotation_patch or None}})
+            metadata = {key: value for key, value in (("labels", patch), ("annotations", annotation_patch)) if value}
+            if metadata:
+                self.manager.patch("nodes", node, {"metadata": metadata})
 
     # --- operand DaemonSets -------------------------------------------------------------------------------
     def _apply_daemonset(self, wanted: dict) -> None:

@@ -4,7 +4,8 @@ that evicts them through the Eviction API (PodDisruptionBudgets honoured, 429s r
 the timeout passes — as kubectl's drain helper, which both use, does.
 
 Pod deletion (`podDeletion`): pods Running or Pending that ask for `nvidia.com/gpu*` or `nvidia.com/mig-*`.
-Drain (`drain`): every pod on the node matching `drain.podSelector` plus `nvidia.com/gpu-driver-upgrade-drain.skip!=true`.
+Drain (`drain`): every pod on the node matching `drain.podSelector` plus
+`nvidia.com/gpu-driver-upgrade-drain.skip!=true`.
 Both skip DaemonSet pods (IgnoreAllDaemonSets); unmanaged pods need `force`, pods with emptyDir `deleteEmptyDir`,
 else the helper refuses before evicting anything (the task fails at once).
 """
