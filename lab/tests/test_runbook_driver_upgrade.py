@@ -141,7 +141,7 @@ def test_the_default_run_prints_the_plan_and_changes_nothing(fleet):
     ({"gpuops_canary_nodes": ["gpu-node-09"]}, "gpuops_canary_nodes are not among the target nodes: gpu-node-09"),
     ({"gpuops_confirm": "yes"}, "gpuops_confirm must be the cluster's name typed out (gpulab), got yes"),
     ({"gpuops_driver_install_method": "magic", "gpuops_confirm": "gpulab"},
-     "gpuops_driver_install_method must be runfile or package"),
+     "gpuops_driver_install_method must be auto, operator, runfile or package"),
 ])
 def test_bad_input_is_refused_before_anything_changes(fleet, overrides, expected):
     since = time.time()

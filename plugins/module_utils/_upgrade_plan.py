@@ -244,15 +244,16 @@ def budget_left(max_unavailable: int, nodes, in_flight=()) -> int:
     return max(0, max_unavailable - len(out))
 
 
-def other_upgraders(nodes, targets, kured_daemonsets=()) -> list:
+def other_upgraders(nodes, targets, kured_daemonsets=(), ours=()) -> list:
     """Blockers: another upgrader active on the targets. The GPU Operator's upgrade state label other than idle
-    on a target node, and a kured lock (DaemonSet annotation) held by a target node."""
+    on a target node (unless ``ours``: a roll-out of this collection started it, a resume), and a kured lock
+    (DaemonSet annotation) held by a target node."""
     targets = set(targets)
     found = []
     for node in nodes:
         name = node["metadata"]["name"]
         state = (node["metadata"].get("labels") or {}).get(OPERATOR_STATE_LABEL, "")
-        if name in targets and state not in OPERATOR_IDLE_STATES:
+        if name in targets and state not in OPERATOR_IDLE_STATES and name not in ours:
             found.append({"node": name, "reason": "the GPU Operator's driver upgrade is in progress (%s=%s)"
                           % (OPERATOR_STATE_LABEL, state)})
     for daemonset in kured_daemonsets:
@@ -353,7 +354,7 @@ def dump_record(record: dict) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
-def resume_action(record, target_version, loaded_version=None, boot_id=None) -> str:
+def resume_action(record, target_version, loaded_version=None, boot_id=None, retry_failed=False) -> str:
     """What a run does with a node, from its record and what the node shows now:
 
     - ``skip``: already at the target (done, or loaded and no unfinished record);
@@ -361,7 +362,9 @@ def resume_action(record, target_version, loaded_version=None, boot_id=None) -> 
     - ``continue``: stopped before the reboot: drain/install again (both idempotent), then reboot;
     - ``verify``: the reboot happened (boot ID changed) or was verified half-way: verify, never reboot again;
     - ``reboot``: recorded as rebooting but the boot ID is unchanged: the reboot never happened;
-    - ``failed``: a previous run failed this node; an operator must look (or roll back) first.
+    - ``failed``: a previous run failed this node; an operator must look (or roll back) first. With
+      ``retry_failed`` (GPU Operator mode: nothing on the host was changed, the driver pod is retried) the node is
+      ``continue``d instead.
     """
     if not record or record.get("to") != target_version:
         return "skip" if loaded_version == target_version else "start"
@@ -375,18 +378,22 @@ def resume_action(record, target_version, loaded_version=None, boot_id=None) -> 
         return "verify" if rebooted else "reboot"
     if state == STATE_VERIFYING:
         return "verify"
-    return "failed"
+    return "continue" if retry_failed else "failed"
 
 
 # --------------------------------------------------------------------------- the plan
 
 def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_unavailable=1,
-               loaded_versions=None, spread_label=None, kured_daemonsets=()) -> dict:
+               loaded_versions=None, spread_label=None, kured_daemonsets=(), operator_ours=None) -> dict:
     """The dry run's plan from the cluster's Node JSON: batches (canary first) of the nodes still to do, each
     node's current -> target version and resume action, and what blocks.
 
     ``loaded_versions``: node -> the driver version loaded now (from facts; else the GFD label is read).
+    ``operator_ours``: GPU Operator mode: the nodes whose Operator upgrade a roll-out of ours started (not another
+    upgrader); a node a previous run failed is retried there.
     """
+    retry_failed = operator_ours is not None
+    operator_ours = set(operator_ours or ())
     by_name = {node["metadata"]["name"]: node for node in nodes}
     loaded_versions = dict(loaded_versions or {})
     per_node, skipped, blockers = {}, [], []
@@ -395,7 +402,7 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         node = by_name.get(name, {"metadata": {"name": name}})
         current = loaded_versions.get(name) or gfd_driver_version(node)
         record = parse_record(node)
-        action = resume_action(record, target_version, current)
+        action = resume_action(record, target_version, current, retry_failed=retry_failed)
         per_node[name] = {"current_version": current, "action": action, "record": record}
         if action == "skip":
             skipped.append({"node": name, "reason": "already at %s" % target_version})
@@ -405,7 +412,7 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         elif name in out and action == "start":
             # a node mid-way (continue, reboot, verify) is out because of our own interrupted run
             blockers.append({"node": name, "reason": "already %s (not by this roll-out)" % out[name]})
-    blockers.extend(other_upgraders(nodes, targets, kured_daemonsets))
+    blockers.extend(other_upgraders(nodes, targets, kured_daemonsets, operator_ours))
     to_do = [name for name in targets if per_node[name]["action"] != "skip"]
     canary = [name for name in (canary_nodes or []) if name in to_do] or None
     domain_of = None

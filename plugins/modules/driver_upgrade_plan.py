@@ -21,6 +21,14 @@ description:
     progress, a held kured lock, pods a drain would refuse (emptyDir, unreplicated); and what the drains will
     wait for (PodDisruptionBudgets allowing too few disruptions now, pods matching O(wait_for_pods_selector)).
   - The budget (O(max_unavailable)) counts every GPU node that is cordoned or NotReady, whoever did it.
+  - It also reads the GPU Operator's ClusterPolicies and NVIDIADriver custom resources (absent CRDs are fine) to
+    tell who owns each target's driver, and resolves O(install_method). In GPU Operator mode the plan names the
+    resource whose version the roll-out raises (current and previous version, C(autoUpgrade), the Helm values
+    change when a Helm release renders it), and blocks when that version would also reach nodes that are not
+    targets, or a target carries the upgrade controller's skip label set by someone else. The Operator's upgrade
+    in progress on a target blocks unless a roll-out of ours to the same version started it (a resume); a node a
+    previous run failed is retried there rather than blocked (the driver pod is retried, nothing on the host
+    changed).
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
@@ -93,6 +101,14 @@ options:
     description: Namespace and name of kured's DaemonSet, whose lock annotation is read (absent is fine).
     type: dict
     default: {namespace: kube-system, name: kured}
+  install_method:
+    description:
+      - How the driver gets onto the nodes. V(auto) is V(operator) where the GPU Operator runs the targets' driver,
+        else V(runfile). A host method (V(runfile), V(package)) on an Operator-managed node, V(operator) on a node
+        the Operator does not manage, and a mix of both under V(auto) are blockers with the reason.
+    type: str
+    choices: [auto, operator, runfile, package]
+    default: auto
   delete_emptydir_data:
     description: Whether the drains may evict pods with emptyDir volumes (as O(gpuops.nvidia.node_drain#module:delete_emptydir_data));
       without it such pods are blockers of the plan.
@@ -172,14 +188,29 @@ plan:
       description: Whether the maintenance window is open now (true without a window).
       type: bool
       returned: always
+    install:
+      description:
+        - C(requested) and resolved C(method) (V(operator), V(runfile) or V(package)), C(reason) (who owns the
+          drivers here), and in GPU Operator mode C(sources), the custom resources whose version reaches the
+          targets (C(kind), C(name), C(field), C(version), C(previous_version), C(auto_upgrade), C(helm),
+          C(driver_pod_selector), C(nodes)), and C(node_source), target node to the name of its source.
+      type: dict
+      returned: always
+      sample: {requested: auto, method: operator, reason: "ClusterPolicy cluster-policy runs the driver (spec.driver.enabled)",
+               sources: [{kind: ClusterPolicy, name: cluster-policy, field: spec.driver.version, version: 595.91.07,
+                          previous_version: 595.91.07, auto_upgrade: true, helm: null,
+                          driver_pod_selector: app=nvidia-driver-daemonset, nodes: [gpu-node-01]}],
+               node_source: {gpu-node-01: cluster-policy}}
 """
 
 import datetime
+from functools import partial
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as planner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 
@@ -225,6 +256,45 @@ def read_cluster(module, api):
     return nodes, kured, waiting, pods, pdbs
 
 
+def read_operator_resources(module, api):
+    """The GPU Operator's ClusterPolicies and NVIDIADrivers ([] where the CRD is not served)."""
+    custom = k8s_client.CustomObjectsApi(api)
+    found = []
+    for resource in (operator.CLUSTER_POLICY, operator.NVIDIA_DRIVER):
+        try:
+            items = list_json(partial(custom.list_cluster_custom_object, resource["group"], resource["version"],
+                                      resource["plural"]))[0]
+        except Exception as error:
+            if status_of(error)[0] == 404:
+                items = []
+            else:
+                hint = (" (apply deploy/rbac/21-clusterrole-gpu-operator.yml: the plan must know whether the GPU "
+                        "Operator owns the driver)") if status_of(error)[0] == 403 else ""
+                module.fail_json(msg=api_error_message(error, "list %s.%s" % (resource["plural"], resource["group"]))
+                                 + hint)
+        found.append([dict(item, kind=item.get("kind") or resource["kind"]) for item in items])
+    return found
+
+
+def install_plan(params, nodes, policies, drivers):
+    """The install method and, in Operator mode, its sources and blockers."""
+    detection = operator.detect(policies, drivers, nodes, params["driver_version"])
+    resolved = operator.resolve_method(params["install_method"], detection, params["nodes"])
+    targets = set(params["nodes"])
+    install = {"requested": params["install_method"], "method": resolved["method"], "reason": detection["reason"],
+               "sources": [], "node_source": {}}
+    blockers = [{"node": "install method", "reason": error} for error in resolved["errors"]]
+    ours = None
+    if resolved["method"] == "operator":
+        install["sources"] = [source for source in detection["sources"] if targets & set(source["nodes"])]
+        install["node_source"] = dict((name, source) for name, source in detection["node_source"].items()
+                                      if name in targets)
+        blockers.extend(operator.operator_blockers(detection, nodes, params["nodes"], params["driver_version"]))
+        ours = [node["metadata"]["name"] for node in nodes
+                if operator.ours_in_progress(node, params["driver_version"])]
+    return install, blockers, ours
+
+
 def main():
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
@@ -242,6 +312,7 @@ def main():
         loaded_versions=dict(type="dict", default={}),
         kured_daemonset=dict(type="dict", default={"namespace": "kube-system", "name": "kured"}),
         delete_emptydir_data=dict(type="bool", default=False),
+        install_method=dict(type="str", default="auto", choices=["auto", "operator", "runfile", "package"]),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
@@ -262,9 +333,13 @@ def main():
         params["maintenance_window"], params["spread_label"])
     if errors:
         module.fail_json(msg="refused before anything was touched: " + "; ".join(errors), errors=errors)
+    policies, drivers = read_operator_resources(module, api)
+    install, install_blockers, operator_ours = install_plan(params, nodes, policies, drivers)
     plan = planner.build_plan(
         params["nodes"], nodes, params["driver_version"], params["batches"], params["canary_nodes"],
-        params["max_unavailable"], params["loaded_versions"], params["spread_label"], kured)
+        params["max_unavailable"], params["loaded_versions"], params["spread_label"], kured, operator_ours)
+    plan["install"] = install
+    plan["blockers"] = install_blockers + plan["blockers"]
     plan["wait_for_pods"] = waiting
     to_do = [name for name in params["nodes"] if plan["nodes"][name]["action"] != "skip"]
     preview = planner.drain_preview(to_do, pods, pdbs, params["delete_emptydir_data"])
