@@ -214,6 +214,13 @@ def batch_spans(timeline, ended, count):
     return [(start, (starts[index + 1] if index + 1 < len(starts) else finish)) for index, start in enumerate(starts)]
 
 
+# the collection's Kubernetes modules: they run on the controller (delegate_to: localhost), one python + kubernetes
+# client start per task and node
+CONTROLLER_MODULES = ("driver_upgrade_plan", "node_upgrade_record", "node_drain", "gpu_allocatable_wait",
+                      "gpu_smoke_test", "rollout_lock", "rollout_batch_gate", "device_plugin_restart",
+                      "pods_completion_wait", "prometheus_gate")
+
+
 def category_of(action):
     if action in ("ansible.builtin.gather_facts", "gather_facts", "ansible.builtin.setup"):
         return "fact gathering"
@@ -222,7 +229,19 @@ def category_of(action):
             "ansible.builtin.meta", "ansible.builtin.add_host", "ansible.builtin.validate_argument_spec",
             "ansible.builtin.include_vars"):
         return "controller-side tasks (set_fact, assert, include, ...)"
-    return "module tasks"
+    if action == "ansible.builtin.pause":
+        return "soak (pause)"
+    if action.rsplit(".", 1)[-1] in CONTROLLER_MODULES:
+        return "Kubernetes modules on the controller"
+    return "modules on the nodes (over SSH)"
+
+
+def categories_of(profile):
+    categories = {}
+    for row in profile:
+        name = category_of(row["action"])
+        categories[name] = round(categories.get(name, 0.0) + row["total_s"], 2)
+    return categories
 
 
 # --------------------------------------------------------------------------- one measurement
@@ -271,10 +290,6 @@ def measure(args):
         batch["wall_s"] = round(end - start, 2)
         batch["overhead_s"] = round(end - start - batch["floor_s"], 2)
     profile = task_profile(run["timeline"], run["ended"])
-    categories = {}
-    for row in profile:
-        name = category_of(row["action"])
-        categories[name] = round(categories.get(name, 0.0) + row["total_s"], 2)
     outside = wall - sum(end - start for start, end in spans)
     return {
         "label": args.label, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -291,7 +306,7 @@ def measure(args):
         "batches": len(batches), "overhead_per_batch_s": round((wall - floor) / len(batches), 2),
         "in_batch_overhead_s": [batch["overhead_s"] for batch in batches],
         "outside_batches_s": round(outside, 2),
-        "per_batch": batches, "task_categories_s": categories, "task_profile": profile[:40],
+        "per_batch": batches, "task_profile": profile,
         "tasks_run": sum(row["runs"] for row in profile),
     }
 
@@ -332,9 +347,9 @@ def write_markdown(results, path):
     row("overhead inside each batch s", lambda r: ", ".join("%.1f" % x for x in r["in_batch_overhead_s"]))
     row("outside the batches s (plan, pre-check, lock, finish)", lambda r: "%.1f" % r["outside_batches_s"])
     row("tasks run", lambda r: str(r["tasks_run"]))
-    categories = sorted({name for run in runs.values() for name in run["task_categories_s"]})
-    for name in categories:
-        row("time in %s s" % name, lambda r, name=name: "%.1f" % r["task_categories_s"].get(name, 0.0))
+    categories = {label: categories_of(run["task_profile"]) for label, run in runs.items()}
+    for name in sorted({name for found in categories.values() for name in found}):
+        row("time in %s s" % name, lambda r, name=name: "%.1f" % categories[r["label"]].get(name, 0.0))
     first = next(iter(runs.values()), None)
     if first:
         twin = first["twin"]
