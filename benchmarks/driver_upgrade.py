@@ -205,13 +205,24 @@ def task_profile(timeline, ended):
 
 
 def batch_spans(timeline, ended, count):
-    """[start, end) of each batch: from its gate task to the next batch's gate (the last: the finish play)."""
-    gates = [record["ts"] for record in timeline if record["kind"] == "task"
-             and record["name"].startswith("Gate the batch (")]
+    """[start, end) of each batch: from its play start (each serial batch starts the upgrade play again, fact
+    gathering included) to the next one's (the last: the finish play)."""
+    plays = [record["ts"] for record in timeline if record["kind"] == "play"
+             and record["name"].startswith("Upgrade the GPU nodes")]
     finish = next((record["ts"] for record in timeline if record["kind"] == "play"
                    and record["name"].startswith("Release the lock")), ended)
-    starts = gates[:count]
+    starts = plays[:count]
     return [(start, (starts[index + 1] if index + 1 < len(starts) else finish)) for index, start in enumerate(starts)]
+
+
+def set_batch_walls(measured, timeline, ended):
+    """Each batch's wall time and overhead (wall - floor), and the time outside the batches."""
+    spans = batch_spans(timeline, ended, len(measured["per_batch"]))
+    for batch, (start, end) in zip(measured["per_batch"], spans):
+        batch["wall_s"] = round(end - start, 2)
+        batch["overhead_s"] = round(end - start - batch["floor_s"], 2)
+    measured["in_batch_overhead_s"] = [batch["overhead_s"] for batch in measured["per_batch"]]
+    measured["outside_batches_s"] = round(measured["wall_s"] - sum(end - start for start, end in spans), 2)
 
 
 # the collection's Kubernetes modules: they run on the controller (delegate_to: localhost), one python + kubernetes
@@ -285,13 +296,8 @@ def measure(args):
         stop_lab(lab)
     wall = run["ended"] - run["started"]
     floor = sum(batch["floor_s"] for batch in batches)
-    spans = batch_spans(run["timeline"], run["ended"], len(batches))
-    for batch, (start, end) in zip(batches, spans):
-        batch["wall_s"] = round(end - start, 2)
-        batch["overhead_s"] = round(end - start - batch["floor_s"], 2)
     profile = task_profile(run["timeline"], run["ended"])
-    outside = wall - sum(end - start for start, end in spans)
-    return {
+    measured = {
         "label": args.label, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": args.commit or git("rev-parse", "--short", "HEAD"),
         "dirty": not args.commit and bool(git("status", "--porcelain", "--", "playbooks", "plugins", "roles")),
@@ -304,11 +310,11 @@ def measure(args):
                  "pod_stop_s": args.drain_seconds, "soak_s": soak, "forks": args.forks},
         "wall_s": round(wall, 2), "floor_s": round(floor, 2), "ratio": round(wall / floor, 3),
         "batches": len(batches), "overhead_per_batch_s": round((wall - floor) / len(batches), 2),
-        "in_batch_overhead_s": [batch["overhead_s"] for batch in batches],
-        "outside_batches_s": round(outside, 2),
         "per_batch": batches, "task_profile": profile,
-        "tasks_run": sum(row["runs"] for row in profile),
+        "tasks_run": sum(row["runs"] for row in profile), "started_ts": run["started"], "ended_ts": run["ended"],
     }
+    set_batch_walls(measured, run["timeline"], run["ended"])
+    return measured
 
 
 # --------------------------------------------------------------------------- results
@@ -397,7 +403,17 @@ def main():
     parser.add_argument("--work-dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "bench-driver-upgrade"))
     parser.add_argument("--results", default=os.path.join(RESULTS, "driver_upgrade.json"))
     parser.add_argument("--report", action="store_true", help="only rewrite the markdown from the JSON")
+    parser.add_argument("--respan", action="store_true",
+                        help="recompute the batches' wall times of the stored runs from their timelines in --work-dir")
     args = parser.parse_args()
+    if args.respan:
+        results = load_results(args.results)
+        for label, run in results["runs"].items():
+            timeline = os.path.join(args.work_dir, slug(label), "timeline.jsonl")
+            ended = run.get("ended_ts") or max(record["ts"] for record in read_jsonl(timeline))
+            set_batch_walls(run, read_jsonl(timeline), ended)
+        with open(args.results, "w") as stream:
+            json.dump(results, stream, indent=1)
     if not args.report:
         if args.mitogen:
             args.mitogen = os.path.abspath(args.mitogen)
