@@ -20,7 +20,8 @@ import threading
 import time
 import traceback
 
-from gpulab import inventory, sshkeys
+from gpulab import bastion as fleet_bastion, inventory, netns, sshkeys
+from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
 from gpulab.labmetrics import LabMetrics
@@ -133,9 +134,10 @@ def running_nodes(state_dir: str) -> list:
 
 
 def kill_ssh_clients_of_running_nodes(state_dir: str) -> None:
-    """Host ssh clients (ControlPersist masters) of our nodes, while our sshds still hold the addresses: once a
-    node is gone another lab may take its address, and its clients are not ours to kill."""
+    """Host ssh clients (ControlPersist masters, ProxyJump hops) of our nodes, while our sshds still hold the
+    addresses: once a node is gone another lab may take its address, and its clients are not ours to kill."""
     ips = [node["ip"] for node, _namespace in running_nodes(state_dir)]
+    ips += [ip for ip in [fleet_bastion.running_address(state_dir)] if ip]
     if ips:
         kill_pids(ssh_clients_of(ips))
 
@@ -160,6 +162,8 @@ def cleanup_state_dir(state_dir: str, keep_logs: bool = False) -> dict:
     kill_prometheus(lab)
     kill_ssh_clients_of_running_nodes(state_dir)
     kill_node_processes(state_dir)
+    fleet_bastion.sweep(state_dir)
+    netns.sweep(state_dir, lab.get("network"))
     left_mounts = unmount_all_under(state_dir)
     keep = set(lab.get("preexisting", []))
     if keep_logs:
@@ -196,6 +200,9 @@ class Lab:
         self.nodes = []
         self.by_name = {}
         self.cluster = None
+        self.network = None          # with `up --bastion`: the fleet network namespace (gpulab.netns)
+        self.bastion = None
+        self.bridges = []
         self.metrics = LabMetrics(self)
         self.ip_reservations = []
         self.cluster_faults = {}     # node name -> cluster-side fault kinds forwarded to the kube twin
@@ -240,18 +247,30 @@ class Lab:
             os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
         os.chmod(self.keys_dir, 0o700)
         sshkeys.generate_key(sshkeys.client_key_path(self.keys_dir), "gpulab-operator")
-        ips, self.ip_reservations = allocate_ips(self.settings["nodes"], int(self.settings.get("first_ip_host", 11)))
+        with_bastion = bool(self.settings.get("bastion"))
+        ips, self.ip_reservations = allocate_ips(self.settings["nodes"] + with_bastion,
+                                                 int(self.settings.get("first_ip_host", 11)))
+        if with_bastion:
+            self.start_fleet_network(bastion_ip=ips.pop(), node_ips=ips)
+        operator_mode = bool(self.settings.get("gpu_operator"))
+        # GPU Operator mode: no host driver; the driver pods load --driver (the ClusterPolicy's version)
         specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
-                  "index": index, "driver": self.settings.get("driver")} for index, ip in enumerate(ips)]
+                  "index": index, "driver": None if operator_mode else self.settings.get("driver")}
+                 for index, ip in enumerate(ips)]
         self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
         for spec in specs:
             node = Node(self, spec)
-            node.create(bool(self.settings.get("secure_boot")))
+            node.create(bool(self.settings.get("secure_boot")), blacklist_nouveau=operator_mode)
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
         paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"],
-                                             self.start_runfile_mirror())
+                                             self.start_runfile_mirror(), bastion=self.info.get("bastion"))
+        if self.bastion is not None:
+            self.bastion.boot(self.network)
+            self.bastion.open_door(self.network)
+            self.bridge_into_fleet(self.runfile_mirror.url)
+            self.events.emit("lab", "bastion-up", ip=self.bastion.ip)
         with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
             results = list(pool.map(lambda node: node.boot(), self.nodes))
         failed = [node.name for node, ok in zip(self.nodes, results) if not ok]
@@ -259,12 +278,28 @@ class Lab:
             raise RuntimeError("nodes did not come up: %s (see DIR/nodes/<name>/boot.log)" % ", ".join(failed))
         nodes_s = round(time.monotonic() - started, 3)
         self.start_cluster()
+        if self.network is not None and (self.info.get("kube") or {}).get("api_url"):
+            self.bridge_into_fleet(self.info["kube"]["api_url"])
         self.save_info(metrics=self.metrics.start(bool(self.settings.get("prometheus")),
                                                   self.settings.get("prometheus_rules") or [],
                                                   self.settings.get("scrape_interval") or "1s"))
         self.save_info(status="ready", inventory=paths["inventory"], ssh_config=paths["ssh_config"],
                        nodes_up_s=nodes_s, up_s=round(time.monotonic() - started, 3))
         self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
+
+    def start_fleet_network(self, bastion_ip: str, node_ips: list) -> None:
+        """``up --bastion``: the namespace the nodes and the bastion boot in, before any of them."""
+        self.network = netns.FleetNetwork.create(self.state_dir)
+        self.save_info(network=self.network.info())
+        self.bastion = fleet_bastion.Bastion(self.state_dir, bastion_ip, node_ips)
+        self.bastion.create()
+        self.save_info(bastion={"name": fleet_bastion.NAME, "ip": bastion_ip, "user": fleet_bastion.USER})
+
+    def bridge_into_fleet(self, url: str) -> None:
+        """A host service the nodes use (``http(s)://127.0.0.1:PORT``), at the same address in the fleet network."""
+        host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        listener = listening(self.network.socket(), host, int(port))
+        self.bridges.append(TcpBridge("to-host-%s" % port, listener, lambda: connect_tcp(host, int(port))).start())
 
     def write_runfiles(self) -> None:
         versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])))
@@ -275,6 +310,11 @@ class Lab:
                          **({"install_s": install_s} if install_s else {}))
                    for version in versions]
         self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
+        if self.settings.get("gpu_operator") and self.settings["driver"] not in versions:
+            # the driver pods' modules, prebuilt once for all nodes (their driver container builds from the cache)
+            version = self.settings["driver"]
+            flavor = nvidia_function(self.nvidia_backend, "installer.Options")(version).flavor   # its default
+            nvidia_function(self.nvidia_backend, "runfile.prebuild_modules")(self.cache_dir, version, flavor)
 
     def start_runfile_mirror(self) -> dict:
         """The loopback HTTP mirror of DIR/runfiles (with SHA256SUMS); returns the inventory variables that point
@@ -305,8 +345,12 @@ class Lab:
             self.save_info(kube=None)
             return
         views = [NodeView(node) for node in self.nodes]
+        extra = {}
+        if self.settings.get("gpu_operator"):
+            extra["gpu_operator"] = module.OperatorConfig(self.settings["driver"],
+                                                          float(self.settings.get("operator_time_scale") or 1.0))
         self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0),
-                                     dra=bool(self.settings.get("dra")))
+                                     dra=bool(self.settings.get("dra")), **extra)
         self.cluster.start()
         url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
         self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})
@@ -401,6 +445,7 @@ class Lab:
         return {"name": self.settings["cluster_name"], "state_dir": self.state_dir,
                 "status": self.info.get("status"), "daemon_pid": os.getpid(),
                 "kube": self.info.get("kube"), "nodes": [self.node_summary(node) for node in self.nodes],
+                "bastion": self.bastion.summary() if self.bastion is not None else None,
                 "inventory": self.info.get("inventory"), "ssh_config": self.info.get("ssh_config")}
 
     def node_summary(self, node: Node) -> dict:
@@ -512,6 +557,12 @@ class Lab:
         kill_ssh_clients_of_running_nodes(self.state_dir)
         for node in self.nodes:
             node.shutdown(reason="lab down")
+        for bridge in self.bridges:
+            bridge.stop()
+        if self.bastion is not None:
+            self.bastion.shutdown()
+        if self.network is not None:
+            self.network.stop(self.state_dir)
         self.events.emit("lab", "lab-down")
         if self.server is not None:
             threading.Thread(target=self.server.shutdown, daemon=True).start()

@@ -24,7 +24,8 @@ def _yaml_scalar(value) -> str:
     return json.dumps(str(value))
 
 
-def inventory_text(state_dir: str, cluster_name: str, nodes: list, extra_vars: dict | None = None) -> str:
+def inventory_text(state_dir: str, cluster_name: str, nodes: list, extra_vars: dict | None = None,
+                   bastion: dict | None = None) -> str:
     keys_dir = os.path.join(state_dir, "keys")
     host_vars = {
         "ansible_user": "root",
@@ -34,8 +35,11 @@ def inventory_text(state_dir: str, cluster_name: str, nodes: list, extra_vars: d
         "ansible_ssh_pipelining": True,
         "ansible_python_interpreter": "/usr/bin/python3",
     }
-    lines = ["# Written by `gpulab up` for the fleet twin in %s; removed by `gpulab down`." % state_dir,
-             "all:", "  vars:",
+    lines = ["# Written by `gpulab up` for the fleet twin in %s; removed by `gpulab down`." % state_dir]
+    if bastion:
+        lines.append("# The GPU nodes answer SSH only through the bastion %s (%s@%s): ProxyJump in ssh_config."
+                     % (bastion["name"], bastion["user"], bastion["ip"]))
+    lines += ["all:", "  vars:",
              "    gpuops_cluster_name: %s" % _yaml_scalar(cluster_name),
              "    gpuops_kubeconfig: %s" % _yaml_scalar(os.path.join(state_dir, "kubeconfig"))]
     lines += ["    %s: %s" % (key, _yaml_scalar(value)) for key, value in sorted((extra_vars or {}).items())]
@@ -49,13 +53,22 @@ def inventory_text(state_dir: str, cluster_name: str, nodes: list, extra_vars: d
     return "\n".join(lines) + "\n"
 
 
-def ssh_config_text(state_dir: str, nodes: list) -> str:
+def ssh_config_text(state_dir: str, nodes: list, bastion: dict | None = None) -> str:
+    """With ``bastion`` ({name, ip, user}: ``up --bastion``) every node is reached through it (ProxyJump), as the
+    only way in."""
     keys_dir = os.path.join(state_dir, "keys")
     control_dir = os.path.join(state_dir, "cm")
     lines = ["# Written by `gpulab up`: ssh -F %s <node>" % os.path.join(state_dir, "ssh_config")]
+    if bastion:
+        lines += ["Host %s %s" % (bastion["name"], bastion["ip"]),
+                  "  HostName %s" % bastion["ip"],
+                  "  User %s" % bastion["user"],
+                  "  ForwardAgent no"]
     for node in nodes:
         lines += ["Host %s %s" % (node["name"], node["ip"]),
                   "  HostName %s" % node["ip"]]
+        if bastion:
+            lines += ["  ProxyJump %s" % bastion["name"]]
     lines += ["",
               "Host *",
               "  User root",
@@ -74,15 +87,16 @@ def ssh_config_text(state_dir: str, nodes: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_access_files(state_dir: str, cluster_name: str, nodes: list, extra_vars: dict | None = None) -> dict:
-    """Write inventory.yml (with `extra_vars` for all hosts), ssh_config and keys/known_hosts; returns their
-    paths."""
+def write_access_files(state_dir: str, cluster_name: str, nodes: list, extra_vars: dict | None = None,
+                       bastion: dict | None = None) -> dict:
+    """Write inventory.yml (with `extra_vars` for all hosts), ssh_config and keys/known_hosts (the bastion's key
+    too, with ``bastion``); returns their paths."""
     os.makedirs(os.path.join(state_dir, "cm"), mode=0o700, exist_ok=True)
-    sshkeys.write_known_hosts(os.path.join(state_dir, "keys"), nodes)
+    sshkeys.write_known_hosts(os.path.join(state_dir, "keys"), nodes + ([bastion] if bastion else []))
     paths = {"inventory": os.path.join(state_dir, "inventory.yml"),
              "ssh_config": os.path.join(state_dir, "ssh_config")}
     with open(paths["inventory"], "w") as stream:
-        stream.write(inventory_text(state_dir, cluster_name, nodes, extra_vars))
+        stream.write(inventory_text(state_dir, cluster_name, nodes, extra_vars, bastion))
     with open(paths["ssh_config"], "w") as stream:
-        stream.write(ssh_config_text(state_dir, nodes))
+        stream.write(ssh_config_text(state_dir, nodes, bastion))
     return paths

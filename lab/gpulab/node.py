@@ -18,12 +18,12 @@ import threading
 import time
 import uuid
 
-from gpulab import faults as node_faults, sshkeys
+from gpulab import driverload, faults as node_faults, sshkeys
 from gpulab.faults import FaultError, parse_fault
 from gpulab.layer import nvidia_function
 from gpulab.nvidia.profiles import CLI_PROFILES
 from gpulab.osutil import LAB_DIR, mounts_under, pid_namespace, pids_in_namespace, port_accepts, read_json, \
-    wait_namespace_empty, write_json
+    wait_namespace_empty, write_file, write_json
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -97,14 +97,18 @@ class Node:
         write_json(os.path.join(self.run_dir, "faults.json"), list(self.faults))
 
     # ---- creation -----------------------------------------------------------------------------------------
-    def create(self, secure_boot: bool) -> None:
-        """Directories, the disk (tmpfs), host key, hw.json and efi.json of a new node."""
+    def create(self, secure_boot: bool, blacklist_nouveau: bool = False) -> None:
+        """Directories, the disk (tmpfs), host key, hw.json and efi.json of a new node; with
+        ``blacklist_nouveau`` (GPU Operator nodes, prepared as NVIDIA's docs ask) nouveau never binds the GPUs."""
         for path in (self.dir, self.tmpfs_dir, self.merged_dir, self.run_dir, self.firmware_dir, self.control_dir):
             os.makedirs(path, exist_ok=True)
         if not mounts_under(self.tmpfs_dir):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=%s" % self.disk_size,
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
         self.hide_host_homes()
+        if blacklist_nouveau:
+            write_file(os.path.join(self.tmpfs_dir, "upper", "etc", "modprobe.d", "blacklist-nouveau.conf"),
+                       "blacklist nouveau\noptions nouveau modeset=0\n")
         sshkeys.generate_key(sshkeys.host_key_path(self.lab.keys_dir, self.name), "root@%s" % self.name)
         self.write_hw(self.initial_hw())
         write_json(self.efi_path(), self.initial_efi(self.hw(), secure_boot))
@@ -202,8 +206,8 @@ class Node:
         log_file = open(os.path.join(self.dir, "boot.log"), "a")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([LAB_DIR] + self.lab.extra_pythonpath))
         self.process = subprocess.Popen(
-            ["unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private", "--",
-             sys.executable, "-m", "gpulab.nsinit", request_path],
+            self.network_prefix() + ["unshare", "--mount", "--uts", "--pid", "--fork", "--propagation", "private",
+                                     "--", sys.executable, "-m", "gpulab.nsinit", request_path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file, env=env, cwd="/",
             start_new_session=True)
         log_file.close()
@@ -233,10 +237,24 @@ class Node:
                     % (BOOT_TIMEOUT_S, self.dir)}
         return json.loads(line)
 
+    def network_prefix(self) -> list:
+        """``nsenter --net=...`` into the fleet network of ``up --bastion``; nothing otherwise (the host's)."""
+        network = getattr(self.lab, "network", None)
+        return network.nsenter_prefix() if network else []
+
+    def ssh_answers(self) -> bool:
+        network = getattr(self.lab, "network", None)
+        return network.port_accepts(self.ip) if network else port_accepts(self.ip)
+
+    def nsenter_node(self) -> list:
+        """nsenter into the running node's namespaces (its network too when it has its own)."""
+        namespaces = ["-m", "-u", "-p"] + (["-n"] if getattr(self.lab, "network", None) else [])
+        return ["nsenter", "-t", str(self.holder_pid)] + namespaces + ["-r", "-w", "--"]
+
     def wait_ssh(self) -> bool:
         deadline = time.monotonic() + SSH_WAIT_S
         while time.monotonic() < deadline:
-            if port_accepts(self.ip):
+            if self.ssh_answers():
                 return True
             time.sleep(0.05)
         return False
@@ -284,8 +302,8 @@ class Node:
             return (255, "", "node %s is not running" % self.name)
         env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
         try:
-            done = subprocess.run(["nsenter", "-t", str(self.holder_pid), "-m", "-u", "-p", "-r", "-w", "--"]
-                                  + list(argv), capture_output=True, text=True, timeout=timeout, env=env)
+            done = subprocess.run(self.nsenter_node() + list(argv), capture_output=True, text=True, timeout=timeout,
+                                  env=env)
         except subprocess.TimeoutExpired as error:
             return (124, error.stdout or "", "timed out after %ss" % timeout)
         return (done.returncode, done.stdout, done.stderr)
@@ -298,8 +316,7 @@ class Node:
             return None
         environment = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
         environment.update(env or {})
-        return subprocess.Popen(["nsenter", "-t", str(self.holder_pid), "-m", "-u", "-p", "-r", "-w", "--"]
-                                + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        return subprocess.Popen(self.nsenter_node() + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=environment, start_new_session=True)
 
     def _program_path(self, program: str):
@@ -397,6 +414,48 @@ class Node:
                 self.lab.events.emit(self.name, "clear", fault=one)
             return cleared
 
+    # ---- the GPU Operator's driver container ------------------------------------------------------------
+    def start_driver_container(self, version: str, modules_in_use: bool) -> tuple:
+        """The driver container starts: unload what is loaded (unless in use), build, install into
+        /run/nvidia/driver and load ``version``. (ok, container log)."""
+        with self.lock:
+            if not self.holder_pid:
+                return False, "node %s is not running\n" % self.name
+            loaded = self.state["kernel_driver_version"] if self.state["module_loaded"] else None
+            result = self._driver_container(["start", version], loaded, modules_in_use)
+            if result["unloaded"]:
+                driverload.apply_unloaded(self)
+            if result["ok"]:
+                driverload.apply_loaded(self, result["state"])
+        self.lab.events.emit(self.name, "driver-container-start", version=version, ok=result["ok"],
+                             unloaded=loaded if result["unloaded"] else None)
+        return result["ok"], "\n".join(result["log"]) + "\n"
+
+    def _driver_container(self, args: list, loaded, modules_in_use: bool) -> dict:
+        """The NVIDIA layer's driver container (``<backend>.driverctr``), run inside the node (its kernel
+        headers, module cache and /run): its JSON result."""
+        argv = ["env", "PYTHONPATH=/opt/gpulab/lib", "/usr/bin/python3", "-m", "%s.driverctr" % self.lab.nvidia_backend]
+        argv += args + (["--loaded", loaded] if loaded else []) + (["--in-use"] if modules_in_use else [])
+        rc, out, err = self.run(argv, timeout=300)
+        try:
+            return json.loads(out)
+        except ValueError:
+            return {"ok": False, "unloaded": False, "state": None,
+                    "log": ["driver container failed (exit %d): %s" % (rc, (err or out).strip())]}
+
+    def stop_driver_container(self, modules_in_use: bool) -> tuple:
+        """SIGTERM to the driver container: the modules are unloaded unless in use. (ok, log lines)."""
+        with self.lock:
+            if not self.holder_pid:
+                return True, ""
+            loaded = self.state["kernel_driver_version"] if self.state["module_loaded"] else None
+            result = self._driver_container(["stop"], loaded, modules_in_use)
+            if result["unloaded"]:
+                driverload.apply_unloaded(self)
+        self.lab.events.emit(self.name, "driver-container-stop", ok=result["ok"],
+                             unloaded=loaded if result["unloaded"] else None)
+        return result["ok"], "\n".join(result["log"]) + "\n"
+
     # ---- MOK ----------------------------------------------------------------------------------------------
     def mok_confirm(self) -> str:
         """The operator at the console accepts the staged MOK keys (now in MokManager, or at next boot)."""
@@ -420,7 +479,7 @@ class Node:
                 "module_loaded": self.state["module_loaded"],
                 "kernel_driver_version": self.state["kernel_driver_version"],
                 "last_boot_s": self.state["last_boot_s"], "pid": self.holder_pid,
-                "ssh": port_accepts(self.ip) if self.status == "up" else False}
+                "ssh": self.ssh_answers() if self.status == "up" else False}
 
 
 class NodeView:
@@ -469,6 +528,13 @@ class NodeView:
 
     def start_process(self, argv: list, env=None):
         return self._node.start_process(argv, env)
+
+    def start_driver_container(self, version: str, modules_in_use: bool = False) -> tuple:
+        """GPU Operator mode: the driver pod's container starts on the node; (ok, log)."""
+        return self._node.start_driver_container(version, modules_in_use)
+
+    def stop_driver_container(self, modules_in_use: bool = False) -> tuple:
+        return self._node.stop_driver_container(modules_in_use)
 
     def subscribe(self, callback) -> None:
         name = self.name

@@ -22,7 +22,7 @@ import traceback
 from gpulab.devviews import make_nvidia_dev_nodes, make_pci_devices
 from gpulab.kubeadm import install_kubelet_files, start_kubelet_at_boot
 from gpulab.layer import nvidia_function
-from gpulab.osutil import in_root, write_file, write_json
+from gpulab.osutil import host_pid, in_root, write_file, write_json
 from gpulab.systemctl import CONTROL_DIR, install_systemctl, start_units_at_boot
 
 MS_RDONLY = 1
@@ -96,15 +96,6 @@ def bind(source: str, target: str, read_only: bool = False) -> None:
     mount(source, target, None, MS_BIND)
     if read_only:
         mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-
-
-def host_pid() -> int:
-    """Our PID as the host sees it (read before /proc is replaced by the node's own)."""
-    with open("/proc/self/status") as stream:
-        for line in stream:
-            if line.startswith("NSpid:"):
-                return int(line.split()[1])
-    raise RuntimeError("no NSpid in /proc/self/status")
 
 
 def mount_overlay(req: dict) -> str:

@@ -56,6 +56,15 @@ def pid_namespace(pid: int):
         return None
 
 
+def host_pid() -> int:
+    """Our PID as the host sees it, from a new PID namespace (read before /proc is replaced by the namespace's)."""
+    with open("/proc/self/status") as stream:
+        for line in stream:
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    raise RuntimeError("no NSpid in /proc/self/status")
+
+
 def is_zombie(pid: int) -> bool:
     try:
         with open("/proc/%d/stat" % pid) as stream:

@@ -21,38 +21,15 @@ import time
 import pytest
 import yaml
 
-from conftest import REPO_DIR, collections_path, start_lab, stop_lab
+from conftest import start_lab, stop_lab
+from gpuops_cli import RUNNER_SRC, collection_path, gpuops, records
 
 pytest.importorskip("ansible_runner")
 
-RUNNER_SRC = os.path.join(REPO_DIR, "runner", "src")
 DRIVER = "550.54.15"
 HMAC_KEY = "test-hmac-" + secrets.token_hex(8)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
-
-
-def collection_path() -> str:
-    path = collections_path()
-    if path is None:
-        pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
-    return path
-
-
-def gpuops(*args, env=None, collections=None, timeout=300) -> subprocess.CompletedProcess:
-    """`gpuops ARGS` (the console script's entry point, run from the checkout's runner/src)."""
-    full_env = dict(os.environ)
-    full_env.update({"PYTHONPATH": RUNNER_SRC, "ANSIBLE_COLLECTIONS_PATH": collections or collection_path(),
-                     "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-                     "ANSIBLE_DEPRECATION_WARNINGS": "false"})
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "gpuops_runner"] + list(args), capture_output=True, text=True,
-                          env=full_env, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def records(path) -> list:
-    with open(path) as stream:
-        return [json.loads(line) for line in stream]
 
 
 def run_ids(path) -> list:

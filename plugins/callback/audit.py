@@ -24,7 +24,8 @@ description:
     and failure messages are scrubbed of the values of environment, extra and host variables whose names look
     secret (password, token, key, secret, ...) and of the host's vault-encrypted values."
   - A task variable C(gpuops_audit_step) (for example V(drain), V(install), V(reboot), V(verify), V(soak)) names the
-    timeline lane of the task in the run report.
+    timeline lane of the task in the run report; set on a block or an C(include_tasks)/C(include_role), it names
+    the lane of every task inside (a gate is only the task that sets C(gpuops_audit_gate) itself).
   - Enable it with C(callbacks_enabled = gpuops.nvidia.audit) in C(ansible.cfg) or
     E(ANSIBLE_CALLBACKS_ENABLED=gpuops.nvidia.audit); the C(gpuops) runner does this for every run.
 requirements:
@@ -119,6 +120,15 @@ COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 
 def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def inherited_vars(task):
+    """The task's variables with those of its blocks and includes (a lane set on a block or an include applies to
+    every task inside); the task's own when they cannot be read."""
+    try:
+        return task.get_vars() or {}
+    except Exception:  # an object that is not a full playbook Task: keep the task's own vars
+        return task.vars or {}
 
 
 def effective_user():
@@ -269,8 +279,9 @@ class CallbackModule(CallbackBase):
             "action": task.action, "started": started_at,
             "duration_s": round(time.time() - started, 3) if started is not None else None,
         }
-        if task_vars.get(STEP_VAR):
-            fields["step"] = str(task_vars[STEP_VAR])
+        step = inherited_vars(task).get(STEP_VAR)
+        if step:
+            fields["step"] = str(step)
         secrets = self._secrets
         if kind in ("failed", "unreachable") and data.get("msg") and not data.get("censored"):
             host_secrets = self._secrets_of(host, task)

@@ -48,6 +48,24 @@ def test_secret_looking_extra_vars_and_malformed_pairs_are_refused(events):
         runbook.parse_extra_vars(["novalue"], events)
 
 
+def test_extra_vars_read_as_ansible_playbook_reads_them(events, tmp_path):
+    listed = tmp_path / "vars.yml"
+    listed.write_text("gpuops_upgrade_batches: [1, 1]\ngpuops_soak_seconds: 0\n")
+    parsed = runbook.parse_extra_vars(["a=1", '{"gpuops_reboot_timeout": 120, "b": true}', "@%s" % listed, "a=2"],
+                                      events)
+    assert parsed == {"a": "2", "gpuops_reboot_timeout": 120, "b": True, "gpuops_upgrade_batches": [1, 1],
+                      "gpuops_soak_seconds": 0}
+    with pytest.raises(runbook.Refused, match="looks like a secret"):
+        runbook.parse_extra_vars(['{"api_token": "x"}'], events)
+    (tmp_path / "list.yml").write_text("[1]\n")
+    with pytest.raises(runbook.Refused, match="not a mapping"):
+        runbook.parse_extra_vars(["@%s" % (tmp_path / "list.yml")], events)
+    with pytest.raises(runbook.Refused, match="cannot read"):
+        runbook.parse_extra_vars(["@%s" % (tmp_path / "missing.yml")], events)
+    with pytest.raises(runbook.Refused, match="not valid JSON/YAML"):
+        runbook.parse_extra_vars(['{"a": [1'], events)
+
+
 def test_confirmation_must_match_and_needs_a_terminal_or_confirm():
     runbook.confirm_cluster("gpu-prod-1", "gpu-prod-1", None)
     with pytest.raises(runbook.Refused, match="does not match"):
@@ -174,3 +192,10 @@ def test_missing_collection_is_a_usage_error(tmp_path, capsys, monkeypatch):
 def test_apply_is_refused_for_plan():
     args = build_parser().parse_args(["plan", "-i", "inv", "--apply"])
     assert args.runbook == "plan" and runbook.RUNBOOKS["plan"] == ("driver_upgrade", False)
+
+
+def test_the_upgrade_confirmation_is_set_by_the_runner_only(collections_path, tmp_path):
+    args = build_parser().parse_args(["upgrade", "-i", "inv", "-e", "gpuops_confirm=gpulab", "--data-dir",
+                                      str(tmp_path), "--collections-path", collections_path])
+    with pytest.raises(runbook.Refused, match="gpuops sets it, from --apply"):
+        runbook.RunbookRun(args)._check({})

@@ -24,7 +24,8 @@ def build_parser():
         sub.set_defaults(runbook=name)
         sub.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
         sub.add_argument("-e", "--extra-var", dest="extra_vars", action="append", default=[], metavar="KEY=VALUE",
-                         help="extra variable (repeatable; names that look secret are refused)")
+                         help="extra variables as ansible-playbook reads them: KEY=VALUE (a string), a JSON/YAML "
+                              "mapping or @FILE (repeatable; names that look secret are refused)")
         sub.add_argument("--apply", action="store_true", help="change the nodes (default: --check dry run)")
         sub.add_argument("--ticket", help="change/incident id, required with --apply, recorded in the audit trail")
         sub.add_argument("--confirm", metavar="CLUSTER", help="the cluster name typed (else asked on the terminal)")

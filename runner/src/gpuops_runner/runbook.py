@@ -12,6 +12,8 @@ import shutil
 import signal
 import socket
 
+import yaml
+
 from gpuops_runner import collection, exitcodes, inventory, report, timeline
 
 # subcommand -> (playbook of the collection, apply allowed)
@@ -21,6 +23,8 @@ RUNBOOKS = {
     "diagnose": ("diagnose", True),
     "plan": ("driver_upgrade", False),
 }
+# subcommand -> the extra var its playbook acts on as the typed cluster name (gpuops sets it with --apply only)
+CONFIRM_VARS = {"upgrade": "gpuops_confirm"}
 TARGET_GROUP = "gpu_nodes"
 AUDIT_CALLBACK = "gpuops.nvidia.audit"
 
@@ -40,17 +44,43 @@ def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def extra_vars_mapping(argument):
+    """What one -e gives, as ansible-playbook reads it: KEY=VALUE (a string), a JSON/YAML mapping
+    (``{"gpuops_upgrade_batches": [1, 1]}``: lists, numbers, booleans) or @FILE (a YAML/JSON file of one)."""
+    if argument.startswith("@"):
+        try:
+            with open(argument[1:], encoding="utf-8") as stream:
+                text = stream.read()
+        except OSError as error:
+            raise Refused("-e %s: cannot read %s: %s" % (argument, argument[1:], error.strerror))
+    elif argument.lstrip().startswith("{"):
+        text = argument
+    else:
+        name, sep, value = argument.partition("=")
+        if not sep:
+            raise Refused("-e %r is not KEY=VALUE, a JSON/YAML mapping or @FILE" % argument)
+        return {name: value}
+    try:
+        mapping = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise Refused("-e %s is not valid JSON/YAML: %s" % (argument[:60], str(error).splitlines()[0]))
+    if not isinstance(mapping, dict):
+        raise Refused("-e %s is not a mapping of variables" % argument[:60])
+    return mapping
+
+
 def parse_extra_vars(pairs, events):
-    """-e KEY=VALUE pairs as a dict; secrets are refused (they would land in the command line and artifacts)."""
+    """The -e arguments as one dict (later ones win); secrets are refused (they would land in the command line
+    and artifacts)."""
     extra_vars = {}
-    for pair in pairs or ():
-        name, sep, value = pair.partition("=")
-        if not sep or not name.isidentifier():
-            raise Refused("-e %r is not KEY=VALUE" % pair)
-        if events.is_secret_name(name):
-            raise Refused("-e %s looks like a secret: pass secrets through ansible-vault or the environment, never "
-                          "on the command line" % name)
-        extra_vars[name] = value
+    for argument in pairs or ():
+        for name, value in extra_vars_mapping(argument).items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise Refused("-e %r: %r is not a variable name" % (argument[:60], name))
+            if events.is_secret_name(name):
+                raise Refused("-e %s looks like a secret: pass secrets through ansible-vault or the environment, "
+                              "never on the command line" % name)
+            extra_vars[name] = value
     return extra_vars
 
 
@@ -193,6 +223,9 @@ class RunbookRun:
 
     def _check(self, env):
         extra_vars = parse_extra_vars(self.args.extra_vars, self.events)
+        confirm_var = CONFIRM_VARS.get(self.args.runbook)
+        if confirm_var in extra_vars:
+            raise Refused("-e %s: gpuops sets it, from --apply and the cluster name typed (--confirm)" % confirm_var)
         if self.args.apply and not self.apply_allowed:
             raise Refused("gpuops %s is a dry run by definition: use gpuops upgrade --apply" % self.args.runbook)
         if self.args.apply and not (self.args.ticket or "").strip():
@@ -217,6 +250,8 @@ class RunbookRun:
                 raise Refused("--apply needs every target host to carry one %s; found %s"
                               % (inventory.CLUSTER_VAR, names))
             confirm_cluster(self.cluster, self.args.confirm, self.ask)
+            if confirm_var:
+                extra_vars[confirm_var] = self.cluster
         return extra_vars
 
     def _on_signal(self, signum, frame):

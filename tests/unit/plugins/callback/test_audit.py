@@ -35,6 +35,13 @@ PLAYBOOK = """
         msg: draining
       vars:
         gpuops_audit_step: drain
+    - name: Soak the node
+      vars:
+        gpuops_audit_step: soak
+      block:
+        - name: Read the node after the soak
+          ansible.builtin.debug:
+            msg: soaked
     - name: Handle a value under no_log
       ansible.builtin.debug:
         msg: "%(no_log)s"
@@ -109,6 +116,8 @@ def test_each_task_per_host_with_lane_status_and_duration(trail):
     drain = tasks[("node-a", "Drain the node")]
     assert drain["step"] == "drain" and drain["status"] == "ok" and drain["batch"] == 1
     assert drain["duration_s"] >= 0 and drain["action"] == "ansible.builtin.debug"
+    assert tasks[("node-a", "Read the node after the soak")]["step"] == "soak"      # the lane of its block
+    assert "step" not in tasks[("node-a", "Fail but go on")]
     ignored = tasks[("node-b", "Fail but go on")]
     assert ignored["status"] == "failed" and ignored["ignored"] is True
 
