@@ -40,6 +40,8 @@ prometheus_url=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))
   "${state_dir}/lab.json")
 
 export ANSIBLE_HOST_KEY_CHECKING=false ANSIBLE_DEPRECATION_WARNINGS=false
+# one progress line per node step (batch i/n, elapsed, ETA) beside the normal output
+export ANSIBLE_CALLBACKS_ENABLED=gpuops.nvidia.upgrade_progress
 inventory="${state_dir}/inventory.yml"
 common=(-e "gpuops_driver_version=${to_version}" -e "gpuops_run_record_dir=${runs_dir}")
 # The twin serves its runfiles from DIR/runfiles; a lab whose inventory names a runfile mirror needs no more.

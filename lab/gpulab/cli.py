@@ -77,7 +77,8 @@ def cmd_up(args) -> int:
     settings = {"nodes": args.nodes, "profile": args.profile, "driver": args.driver, "secure_boot": args.secure_boot,
                 "runfiles": args.runfile or [], "api_only": args.api_only, "dra": args.dra,
                 "cluster_name": args.cluster_name,
-                "boot_delay_s": args.boot_delay, "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
+                "boot_delay_s": args.boot_delay, "install_s": args.install_seconds,
+                "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
                 "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
                 "scrape_interval": args.scrape_interval, "gpu_operator": args.gpu_operator,
@@ -233,6 +234,8 @@ def parser() -> argparse.ArgumentParser:
                     help="the GPU nodes publish DRA ResourceSlices (driver gpu.nvidia.com) instead of nvidia.com/gpu")
     up.add_argument("--cluster-name", default="gpulab")
     up.add_argument("--boot-delay", type=float, default=2.0, help="seconds between shutdown and boot (default 2)")
+    up.add_argument("--install-seconds", type=float, default=0.0, metavar="S",
+                    help="the runfiles' installs take at least S seconds (a fixed step time for benchmarks; default 0)")
     up.add_argument("--mok-timeout", type=float, default=10.0,
                     help="seconds MokManager waits at boot for `mok-confirm` when keys are staged (default 10)")
     up.add_argument("--first-ip", type=int, default=11, metavar="N",

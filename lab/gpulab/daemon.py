@@ -305,7 +305,9 @@ class Lab:
         versions = list(dict.fromkeys(list(ALWAYS_RUNFILES) + list(self.settings.get("runfiles") or [])))
         write = nvidia_function(self.nvidia_backend, "runfile.write_runfile")
         # with cache_dir the NVIDIA layer prebuilds each version's modules once for all nodes
-        written = [write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, cache_dir=self.cache_dir)
+        install_s = float(self.settings.get("install_s") or 0)
+        written = [write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, cache_dir=self.cache_dir,
+                         **({"install_s": install_s} if install_s else {}))
                    for version in versions]
         self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
         if self.settings.get("gpu_operator") and self.settings["driver"] not in versions:

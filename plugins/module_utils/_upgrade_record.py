@@ -9,6 +9,7 @@ end of the maintenance restores them exactly.
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION, dump_record
@@ -84,3 +85,54 @@ def clear_patch(node: dict) -> dict:
     if RECORD_ANNOTATION in annotations:
         patch[RECORD_ANNOTATION] = None
     return patch
+
+
+CONFLICT_RETRIES = 3
+
+
+class RecordWriteError(Exception):
+    """The record could not be written (the API's answer, or a conflict that did not clear); ``error`` is the
+    client's exception, ``action`` what was being done."""
+
+    def __init__(self, error, action):
+        super().__init__(action)
+        self.error = error
+        self.action = action
+
+
+def record_time(now=None) -> str:
+    """The RFC 3339 time (UTC, seconds) a record step carries."""
+    return (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_record(core, name, fields, exclude_from_remediation=True, check_mode=False, is_conflict=None):
+    """Move node ``name``'s record to ``fields['state']`` (or remove it for ``absent``) with one merge patch that is
+    conditional on the node's resourceVersion, re-read and retried on a conflict (``is_conflict(error)``).
+
+    ``core`` is a kubernetes CoreV1Api. Returns ``{changed, record, previous_record, annotations_before, patch,
+    node}`` (``node`` as JSON after the step); raises RecordWriteError.
+    """
+    api = core.api_client
+    patch, after, node, before, annotations_before = {}, None, None, None, {}
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            node = api.sanitize_for_serialization(core.read_node(name))
+        except Exception as error:
+            raise RecordWriteError(error, "read node %s" % name)
+        before = current_record(node)
+        annotations_before = node_annotations(node)
+        if fields["state"] == "absent":
+            patch, after = clear_patch(node), None
+        else:
+            patch, after = record_patch(node, fields, exclude_from_remediation, record_time())
+        if not patch or check_mode:
+            break
+        body = {"metadata": {"annotations": patch, "resourceVersion": node["metadata"].get("resourceVersion")}}
+        try:
+            node = api.sanitize_for_serialization(core.patch_node(name, body))
+            break
+        except Exception as error:
+            if not (is_conflict and is_conflict(error)) or attempt == CONFLICT_RETRIES - 1:
+                raise RecordWriteError(error, "annotate node %s" % name)
+    return {"changed": bool(patch), "record": after, "previous_record": before,
+            "annotations_before": annotations_before, "patch": patch, "node": node}

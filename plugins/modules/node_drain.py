@@ -104,6 +104,34 @@ options:
       - Why the node is taken out of service, written to its C(gpuops.nvidia/cordon-reason) annotation.
       - Defaults to a text naming this module and the O(state).
     type: str
+  upgrade_record:
+    description:
+      - Also move the node's driver roll-out record (the C(gpuops.nvidia/driver-upgrade) annotation that
+        M(gpuops.nvidia.node_upgrade_record) writes, the remediation exclusions included) with this step, in the same
+        task, to O(upgrade_record.state) before the step and to O(upgrade_record.state_after) once it succeeded.
+        A runbook saves a task (and its cost) per record step this way; a failed step leaves the record at
+        O(upgrade_record.state).
+      - Not written with O(dry_run) or in check mode.
+    type: dict
+    suboptions:
+      state:
+        description: The record's state before the step (V(draining) before a drain).
+        type: str
+        choices: [planned, draining, installing, rebooting, verifying, done]
+      state_after:
+        description: The record's state once the step succeeded (V(installing) after a drain, V(done) after an uncordon).
+        type: str
+        choices: [draining, installing, rebooting, verifying, done]
+      from_version:
+        description: The driver version before the roll-out.
+        type: str
+      to_version:
+        description: The target driver version.
+        type: str
+        required: true
+      run_id:
+        description: The roll-out run that writes the record.
+        type: str
 notes:
   - The connection options and their C(K8S_AUTH_*) environment variables are those of kubernetes.core; set them
     once for every Kubernetes module of this collection with C(module_defaults) and C(group/gpuops.nvidia.k8s).
@@ -134,6 +162,17 @@ EXAMPLES = r"""
   gpuops.nvidia.node_drain:
     name: gpu-node-07
     state: uncordon
+  delegate_to: localhost
+
+- name: Drain within a driver roll-out, moving the node's record from draining to installing in the same task
+  gpuops.nvidia.node_drain:
+    name: gpu-node-07
+    upgrade_record:
+      state: draining
+      state_after: installing
+      from_version: 595.91.07
+      to_version: 615.71.09
+      run_id: "{{ gpuops_run_id }}"
   delegate_to: localhost
 
 - name: Set the connection once for every Kubernetes module of the collection
@@ -211,6 +250,17 @@ pdbs:
   returned: when O(state=drain) and O(dry_run)
   type: list
   elements: dict
+upgrade_record:
+  description: The node's roll-out record after the step (with O(upgrade_record)).
+  returned: when O(upgrade_record) is given and the step changed the record
+  type: dict
+  sample: {state: installing, from: 595.91.07, to: 615.71.09, run_id: "20261203T031500Z-ab12",
+           steps: {draining: "2026-12-03T03:15:02Z", installing: "2026-12-03T03:15:40Z"}}
+boot_id:
+  description: The node's C(status.nodeInfo.bootID) when the step started (with O(upgrade_record)).
+  returned: when O(upgrade_record) is given
+  type: str
+  sample: 3f6a2c1e-9d0b-4a57-8e61-0c2f0d1b7a44
 elapsed:
   description: Seconds the module took.
   returned: always
@@ -231,6 +281,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import RecordWriteError, write_record
 
 try:
     from kubernetes import client as k8s_client
@@ -533,6 +584,22 @@ def run_drain(module, api, core, node, reason, started, result):
     module.fail_json(msg=message, **result)
 
 
+def move_record(module, core, which, result):
+    """With upgrade_record: the roll-out record moved to its ``which`` (state or state_after) state, if one is given."""
+    wanted = module.params["upgrade_record"]
+    if not wanted or not wanted[which] or module.check_mode or module.params["dry_run"]:
+        return
+    fields = {"state": wanted[which], "from": wanted["from_version"], "to": wanted["to_version"],
+              "run_id": wanted["run_id"]}
+    try:
+        written = write_record(core, module.params["name"], fields,
+                               is_conflict=lambda error: status_of(error)[0] == 409)
+    except RecordWriteError as failure:
+        module.fail_json(msg=api_error_message(failure.error, failure.action), **result)
+    result["changed"] = result["changed"] or written["changed"]
+    result["upgrade_record"] = written["record"]
+
+
 def main():
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
@@ -547,6 +614,13 @@ def main():
         dry_run=dict(type="bool", default=False),
         disable_eviction=dict(type="bool", default=False),
         reason=dict(type="str"),
+        upgrade_record=dict(type="dict", options=dict(
+            state=dict(type="str", choices=["planned", "draining", "installing", "rebooting", "verifying", "done"]),
+            state_after=dict(type="str", choices=["draining", "installing", "rebooting", "verifying", "done"]),
+            from_version=dict(type="str"),
+            to_version=dict(type="str", required=True),
+            run_id=dict(type="str"),
+        ), required_one_of=[("state", "state_after")]),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
@@ -558,7 +632,10 @@ def main():
     api = api_client_from_module(module)
     core = k8s_client.CoreV1Api(api)
     result = dict(changed=False, node=params["name"], dry_run=bool(params["dry_run"] or module.check_mode))
+    move_record(module, core, "state", result)
     node = read_node(module, core, params["name"])
+    if params["upgrade_record"]:
+        result["boot_id"] = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
     # without a reason given, a cordon of ours keeps the reason it has (re-running a drain changes nothing)
     reason = params["reason"] or (None if _drain.cordon_record(node) else "%s by %s" % (
         "drained" if params["state"] == "drain" else "cordoned", _drain.CORDONED_BY))
@@ -569,6 +646,7 @@ def main():
         result["unschedulable"] = True
     else:
         run_drain(module, api, core, node, reason, started, result)
+    move_record(module, core, "state_after", result)
     result["elapsed"] = round(time.monotonic() - started, 3)
     module.exit_json(**result)
 

@@ -110,22 +110,17 @@ ready:
   type: bool
 """
 
-import datetime
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import node_is_cordoned, node_is_ready
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import (
-    clear_patch, current_record, node_annotations, record_patch)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import RecordWriteError, write_record
 
 try:
     from kubernetes import client as k8s_client
 except ImportError:
     k8s_client = None   # api_client_from_module reports the missing library
-
-CONFLICT_RETRIES = 3
 
 
 def main():
@@ -155,32 +150,18 @@ def main():
     fields = {"state": params["state"], "from": params["from_version"], "to": params["to_version"],
               "run_id": params["run_id"], "boot_id_before": params["boot_id_before"],
               "cordoned_by_us": params["cordoned_by_us"], "reason": params["reason"]}
-    for attempt in range(CONFLICT_RETRIES):
-        try:
-            node = api.sanitize_for_serialization(core.read_node(params["name"]))
-        except Exception as error:
-            module.fail_json(msg=api_error_message(error, "read node %s" % params["name"]))
-        before = current_record(node)
-        annotations_before = node_annotations(node)
-        if params["state"] == "absent":
-            patch, after = clear_patch(node), None
-        else:
-            now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            patch, after = record_patch(node, fields, params["exclude_from_remediation"], now)
-        if not patch or module.check_mode:
-            break
-        body = {"metadata": {"annotations": patch, "resourceVersion": node["metadata"].get("resourceVersion")}}
-        try:
-            node = api.sanitize_for_serialization(core.patch_node(params["name"], body))
-            break
-        except Exception as error:
-            if status_of(error)[0] != 409 or attempt == CONFLICT_RETRIES - 1:
-                module.fail_json(msg=api_error_message(error, "annotate node %s" % params["name"]))
-    result = dict(changed=bool(patch), record=after, previous_record=before,
+    try:
+        written = write_record(core, params["name"], fields, params["exclude_from_remediation"], module.check_mode,
+                               is_conflict=lambda error: status_of(error)[0] == 409)
+    except RecordWriteError as failure:
+        module.fail_json(msg=api_error_message(failure.error, failure.action))
+    node, patch = written["node"], written["patch"]
+    result = dict(changed=written["changed"], record=written["record"], previous_record=written["previous_record"],
                   boot_id=((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"),
                   unschedulable=node_is_cordoned(node), ready=node_is_ready(node))
     if module._diff:
-        result["diff"] = {"before": {"annotations": dict((key, annotations_before.get(key)) for key in patch)},
+        result["diff"] = {"before": {"annotations": dict((key, written["annotations_before"].get(key))
+                                                         for key in patch)},
                           "after": {"annotations": patch}}
     module.exit_json(**result)
 

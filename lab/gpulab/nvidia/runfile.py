@@ -28,9 +28,9 @@ def _read(name: str) -> str:
         return handle.read()
 
 
-def runfile_text(version: str) -> str:
+def runfile_text(version: str, install_s: float = 0.0) -> str:
     embedded = {"version": version, "kmod": {name: _read(os.path.join("kmod", name)) for name in KMOD_TEMPLATES},
-                "smi_source": _read("smi.py")}
+                "smi_source": _read("smi.py"), "install_s": float(install_s)}
     installer_source = _read("installer.py")
     marker = "\nEMBEDDED = None\n"
     if marker not in installer_source or KMODBUILD_IMPORT not in installer_source:
@@ -45,13 +45,14 @@ def runfile_text(version: str) -> str:
         "runfile)\n" % version + body
 
 
-def write_runfile(version: str, dest_dir: str, cache_dir: str | None = None) -> str:
+def write_runfile(version: str, dest_dir: str, cache_dir: str | None = None, install_s: float = 0.0) -> str:
     """Write `dest_dir/NVIDIA-Linux-x86_64-<version>.run` (mode 0755) and, when `cache_dir` is given, prebuild
-    the version's default kernel modules there; returns the runfile path."""
+    the version's default kernel modules there; returns the runfile path. With `install_s`, each install the
+    runfile makes lasts at least that long (a fixed step time for benchmarks)."""
     os.makedirs(dest_dir, exist_ok=True)
     path = os.path.join(dest_dir, runfile_name(version))
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.write(runfile_text(version))
+        handle.write(runfile_text(version, install_s))
     os.chmod(path + ".tmp", 0o755)
     os.replace(path + ".tmp", path)
     if cache_dir:

@@ -12,7 +12,7 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import (
-    REMEDIATION_EXCLUSIONS, clear_patch, current_record, record_patch)
+    REMEDIATION_EXCLUSIONS, RecordWriteError, clear_patch, current_record, record_patch, write_record)
 
 MEDIK8S = "remediation.medik8s.io/exclude-from-remediation"
 CAPI = "cluster.x-k8s.io/skip-remediation"
@@ -102,3 +102,63 @@ def test_each_state_keeps_the_time_it_was_first_entered():
     apply(target, record_patch(target, {"state": "rebooting", "to": "2.2"}, now="2026-12-03T03:05:00Z")[0])
     _patch, record = record_patch(target, {"state": "rebooting", "to": "2.2"}, now="2026-12-03T03:09:00Z")
     assert record["steps"] == {"draining": "2026-12-03T03:00:00Z", "rebooting": "2026-12-03T03:05:00Z"}
+
+
+class Conflict(Exception):
+    pass
+
+
+class NodeStore:
+    """A node behind read_node/patch_node with resourceVersion preconditions, as the API server checks them; a
+    writer elsewhere can bump the node between our read and our patch (``interleave`` times)."""
+
+    def __init__(self, annotations=None, interleave=0):
+        self.node = node(annotations)
+        self.node["metadata"]["resourceVersion"] = "1"
+        self.interleave = interleave
+        self.patches = 0
+        self.api_client = self
+
+    def sanitize_for_serialization(self, value):
+        return json.loads(json.dumps(value))
+
+    def read_node(self, name):
+        return self.node
+
+    def patch_node(self, name, body):
+        if self.interleave:
+            self.interleave -= 1
+            self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
+        if body["metadata"]["resourceVersion"] != self.node["metadata"]["resourceVersion"]:
+            raise Conflict()
+        apply(self.node, body["metadata"]["annotations"])
+        self.patches += 1
+        return self.node
+
+
+def is_conflict(error):
+    return isinstance(error, Conflict)
+
+
+def test_a_write_retries_after_a_conflict_and_keeps_what_the_other_writer_did():
+    store = NodeStore(interleave=1)
+    written = write_record(store, "gpu-node-01", {"state": "draining", "from": "1.1", "to": "2.2", "run_id": "r"},
+                           is_conflict=is_conflict)
+    assert written["changed"] and store.patches == 1
+    assert current_record(store.node)["state"] == "draining" and written["record"]["run_id"] == "r"
+
+
+def test_conflicts_that_do_not_clear_fail_with_what_was_tried():
+    store = NodeStore(interleave=10)
+    with pytest.raises(RecordWriteError) as failure:
+        write_record(store, "gpu-node-01", {"state": "draining", "to": "2.2"}, is_conflict=is_conflict)
+    assert failure.value.action == "annotate node gpu-node-01" and store.patches == 0
+
+
+def test_check_mode_and_an_unchanged_record_patch_nothing():
+    store = NodeStore()
+    written = write_record(store, "gpu-node-01", {"state": "draining", "to": "2.2"}, check_mode=True)
+    assert written["changed"] and store.patches == 0 and current_record(store.node) is None
+    write_record(store, "gpu-node-01", {"state": "draining", "to": "2.2"})
+    again = write_record(store, "gpu-node-01", {"state": "draining", "to": "2.2"})
+    assert not again["changed"] and store.patches == 1
