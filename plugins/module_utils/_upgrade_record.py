@@ -53,6 +53,8 @@ def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True
     annotations = node_annotations(node)
     previous = current_record(node) or {}
     record = dict(previous) if previous.get("to") == fields.get("to", previous.get("to")) else {}
+    if state == "draining" and previous.get("state") == "failed":
+        record.pop("reason", None)    # a failed node retried starts over: the old reason no longer holds
     record.update(dict((key, value) for key, value in fields.items() if value is not None))
     if now:
         record["steps"] = dict(record.get("steps") or {})

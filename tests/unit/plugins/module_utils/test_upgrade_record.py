@@ -72,6 +72,16 @@ def test_a_failed_node_stays_excluded_with_its_reason():
     assert current_record(target)["reason"] == "no GPUs after boot"
 
 
+def test_a_failed_node_retried_drops_the_old_reason_and_a_rollback_keeps_it():
+    target = node()
+    apply(target, record_patch(target, {"state": "failed", "to": "615.71.09", "reason": "driver pod crash-looped"})[0])
+    apply(target, record_patch(target, {"state": "rolled-back", "to": "615.71.09"})[0])
+    assert current_record(target)["reason"] == "driver pod crash-looped"
+    apply(target, record_patch(target, {"state": "failed", "to": "615.71.09", "reason": "driver pod crash-looped"})[0])
+    apply(target, record_patch(target, {"state": "draining", "to": "615.71.09", "run_id": "r2"})[0])
+    assert "reason" not in current_record(target)
+
+
 def test_a_new_target_starts_a_fresh_record():
     target = node()
     apply(target, record_patch(target, {"state": "failed", "from": "1.1", "to": "2.2", "run_id": "r",
