@@ -102,9 +102,13 @@ def reboot_with_secure_boot_on(fleet: Fleet, name: str, enabled: bool) -> None:
         fleet.lab.gpulab("fault", name, "secure-boot-no-key")
     else:
         fleet.lab.gpulab("clear", name, "secure-boot-no-key")
-    fleet.lab.reboot_from_inside(name)
-    wait_for(lambda: {condition["type"]: condition["status"] for condition in
-                      fleet.nodes()[name]["status"]["conditions"]}.get("Ready") == "True", "%s Ready" % name)
+    boot_id = fleet.lab.reboot_from_inside(name)
+
+    def ready_after_the_reboot():
+        status = fleet.nodes()[name]["status"]
+        conditions = {condition["type"]: condition["status"] for condition in status["conditions"]}
+        return status["nodeInfo"]["bootID"] == boot_id and conditions.get("Ready") == "True"
+    wait_for(ready_after_the_reboot, "%s Ready after its reboot" % name)
 
 
 # --------------------------------------------------------------------------- one lab, the cases in order
