@@ -64,6 +64,10 @@ def cmd_up(args) -> int:
         raise CliError("a lab already runs in %s (`python -m gpulab down --state-dir %s` first)" % (state_dir, state_dir))
     if not 1 <= args.nodes <= 200:
         raise CliError("--nodes must be between 1 and 200")
+    if args.gpu_operator and not args.driver:
+        raise CliError("--gpu-operator needs --driver VERSION (the ClusterPolicy's spec.driver.version)")
+    if not 0 < args.operator_time_scale <= 1:
+        raise CliError("--operator-time-scale must be in (0, 1]")
     created_dir = not os.path.exists(state_dir)
     os.makedirs(state_dir, exist_ok=True)
     preexisting = [] if created_dir else sorted(os.listdir(state_dir))
@@ -76,12 +80,14 @@ def cmd_up(args) -> int:
                 "boot_delay_s": args.boot_delay, "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
                 "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
-                "scrape_interval": args.scrape_interval}
+                "scrape_interval": args.scrape_interval, "gpu_operator": args.gpu_operator,
+                "operator_time_scale": args.operator_time_scale}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
     spawn_daemon(state_dir)
-    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes)
+    # GPU Operator mode prebuilds one more driver version (the driver pods') before the nodes boot
+    info = wait_ready(state_dir, timeout_s=60 + 5 * args.nodes + (60 if args.gpu_operator else 0))
     print_usage(state_dir, info)
     return 0
 
@@ -208,7 +214,8 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--profile", default="h100x8",
                     help="hardware profile: %s (or an NVIDIA-layer profile name)" % ", ".join(CLI_PROFILES))
-    up.add_argument("--driver", help="NVIDIA driver version installed on every node before the first boot")
+    up.add_argument("--driver", help="NVIDIA driver version installed on every node before the first boot (with "
+                                     "--gpu-operator: the version the Operator's driver pods load)")
     up.add_argument("--secure-boot", action="store_true", help="nodes boot with UEFI Secure Boot on")
     up.add_argument("--runfile", action="append", metavar="VERSION",
                     help="also write DIR/runfiles/NVIDIA-Linux-x86_64-VERSION.run (615.71.09 always)")
@@ -227,6 +234,13 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--prometheus-rules", action="append", metavar="FILE",
                     help="rule file Prometheus loads (repeatable), e.g. files/prometheus/gpu-alerts.yml")
     up.add_argument("--scrape-interval", default="1s", help="Prometheus scrape and rule interval (default 1s)")
+    up.add_argument("--gpu-operator", action="store_true",
+                    help="the NVIDIA GPU Operator owns the driver: its CRDs, ClusterPolicy (driver version --driver), "
+                         "driver DaemonSet and upgrade controller; nodes boot without a host driver")
+    up.add_argument("--operator-time-scale", type=float, default=1.0, metavar="F",
+                    help="multiply the GPU Operator's timers (upgrade requeue 120 s, validation timeout 600 s, "
+                         "upgradePolicy timeouts) and the kubelet's crash back-off by F, e.g. 0.01 in tests "
+                         "(default 1: the real Operator)")
     up.add_argument("--nvidia-backend", default="gpulab.nvidia", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 
@@ -235,7 +249,8 @@ def parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     fault = sub.add_parser("fault", parents=[common], help="break a node: reboot-hang, slow-boot, xid:N[:GPU], "
-                           "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, or a cluster fault")
+                           "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, operator-driver-fail, "
+                           "or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")
     fault.add_argument("--at-next-boot", action="store_true",

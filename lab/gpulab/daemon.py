@@ -241,12 +241,15 @@ class Lab:
         os.chmod(self.keys_dir, 0o700)
         sshkeys.generate_key(sshkeys.client_key_path(self.keys_dir), "gpulab-operator")
         ips, self.ip_reservations = allocate_ips(self.settings["nodes"], int(self.settings.get("first_ip_host", 11)))
+        operator_mode = bool(self.settings.get("gpu_operator"))
+        # GPU Operator mode: no host driver; the driver pods load --driver (the ClusterPolicy's version)
         specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
-                  "index": index, "driver": self.settings.get("driver")} for index, ip in enumerate(ips)]
+                  "index": index, "driver": None if operator_mode else self.settings.get("driver")}
+                 for index, ip in enumerate(ips)]
         self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
         for spec in specs:
             node = Node(self, spec)
-            node.create(bool(self.settings.get("secure_boot")))
+            node.create(bool(self.settings.get("secure_boot")), blacklist_nouveau=operator_mode)
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
@@ -273,6 +276,11 @@ class Lab:
         written = [write(dest_dir=os.path.join(self.state_dir, "runfiles"), version=version, cache_dir=self.cache_dir)
                    for version in versions]
         self.save_info(runfiles=written, apt_repo=self.build_apt_repo(versions))
+        if self.settings.get("gpu_operator") and self.settings["driver"] not in versions:
+            # the driver pods' modules, prebuilt once for all nodes (their driver container builds from the cache)
+            version = self.settings["driver"]
+            flavor = nvidia_function(self.nvidia_backend, "installer.Options")(version).flavor   # its default
+            nvidia_function(self.nvidia_backend, "runfile.prebuild_modules")(self.cache_dir, version, flavor)
 
     def start_runfile_mirror(self) -> dict:
         """The loopback HTTP mirror of DIR/runfiles (with SHA256SUMS); returns the inventory variables that point
@@ -303,8 +311,12 @@ class Lab:
             self.save_info(kube=None)
             return
         views = [NodeView(node) for node in self.nodes]
+        extra = {}
+        if self.settings.get("gpu_operator"):
+            extra["gpu_operator"] = module.OperatorConfig(self.settings["driver"],
+                                                          float(self.settings.get("operator_time_scale") or 1.0))
         self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0),
-                                     dra=bool(self.settings.get("dra")))
+                                     dra=bool(self.settings.get("dra")), **extra)
         self.cluster.start()
         url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
         self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})

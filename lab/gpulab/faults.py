@@ -177,6 +177,8 @@ NODE_FAULTS = {
     "secure-boot-no-key": (apply_secure_boot_no_key, clear_secure_boot_no_key),
     "ssh-drop": (apply_ssh_drop, clear_ssh_drop),
     "driver-mismatch": (apply_driver_mismatch, clear_driver_mismatch),
+    # GPU Operator mode: the driver container's module build fails on this node (read by nvidia/driverctr.py)
+    "operator-driver-fail": (_no_details, _nothing_to_undo),
 }
 SIMPLE_FAULTS = tuple(NODE_FAULTS)
 

@@ -18,12 +18,12 @@ import threading
 import time
 import uuid
 
-from gpulab import faults as node_faults, sshkeys
+from gpulab import driverload, faults as node_faults, sshkeys
 from gpulab.faults import FaultError, parse_fault
 from gpulab.layer import nvidia_function
 from gpulab.nvidia.profiles import CLI_PROFILES
 from gpulab.osutil import LAB_DIR, mounts_under, pid_namespace, pids_in_namespace, port_accepts, read_json, \
-    wait_namespace_empty, write_json
+    wait_namespace_empty, write_file, write_json
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -97,14 +97,18 @@ class Node:
         write_json(os.path.join(self.run_dir, "faults.json"), list(self.faults))
 
     # ---- creation -----------------------------------------------------------------------------------------
-    def create(self, secure_boot: bool) -> None:
-        """Directories, the disk (tmpfs), host key, hw.json and efi.json of a new node."""
+    def create(self, secure_boot: bool, blacklist_nouveau: bool = False) -> None:
+        """Directories, the disk (tmpfs), host key, hw.json and efi.json of a new node; with
+        ``blacklist_nouveau`` (GPU Operator nodes, prepared as NVIDIA's docs ask) nouveau never binds the GPUs."""
         for path in (self.dir, self.tmpfs_dir, self.merged_dir, self.run_dir, self.firmware_dir, self.control_dir):
             os.makedirs(path, exist_ok=True)
         if not mounts_under(self.tmpfs_dir):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=%s" % self.disk_size,
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
         self.hide_host_homes()
+        if blacklist_nouveau:
+            write_file(os.path.join(self.tmpfs_dir, "upper", "etc", "modprobe.d", "blacklist-nouveau.conf"),
+                       "blacklist nouveau\noptions nouveau modeset=0\n")
         sshkeys.generate_key(sshkeys.host_key_path(self.lab.keys_dir, self.name), "root@%s" % self.name)
         self.write_hw(self.initial_hw())
         write_json(self.efi_path(), self.initial_efi(self.hw(), secure_boot))
@@ -397,6 +401,48 @@ class Node:
                 self.lab.events.emit(self.name, "clear", fault=one)
             return cleared
 
+    # ---- the GPU Operator's driver container ------------------------------------------------------------
+    def start_driver_container(self, version: str, modules_in_use: bool) -> tuple:
+        """The driver container starts: unload what is loaded (unless in use), build, install into
+        /run/nvidia/driver and load ``version``. (ok, container log)."""
+        with self.lock:
+            if not self.holder_pid:
+                return False, "node %s is not running\n" % self.name
+            loaded = self.state["kernel_driver_version"] if self.state["module_loaded"] else None
+            result = self._driver_container(["start", version], loaded, modules_in_use)
+            if result["unloaded"]:
+                driverload.apply_unloaded(self)
+            if result["ok"]:
+                driverload.apply_loaded(self, result["state"])
+        self.lab.events.emit(self.name, "driver-container-start", version=version, ok=result["ok"],
+                             unloaded=loaded if result["unloaded"] else None)
+        return result["ok"], "\n".join(result["log"]) + "\n"
+
+    def _driver_container(self, args: list, loaded, modules_in_use: bool) -> dict:
+        """The NVIDIA layer's driver container (``<backend>.driverctr``), run inside the node (its kernel
+        headers, module cache and /run): its JSON result."""
+        argv = ["env", "PYTHONPATH=/opt/gpulab/lib", "/usr/bin/python3", "-m", "%s.driverctr" % self.lab.nvidia_backend]
+        argv += args + (["--loaded", loaded] if loaded else []) + (["--in-use"] if modules_in_use else [])
+        rc, out, err = self.run(argv, timeout=300)
+        try:
+            return json.loads(out)
+        except ValueError:
+            return {"ok": False, "unloaded": False, "state": None,
+                    "log": ["driver container failed (exit %d): %s" % (rc, (err or out).strip())]}
+
+    def stop_driver_container(self, modules_in_use: bool) -> tuple:
+        """SIGTERM to the driver container: the modules are unloaded unless in use. (ok, log lines)."""
+        with self.lock:
+            if not self.holder_pid:
+                return True, ""
+            loaded = self.state["kernel_driver_version"] if self.state["module_loaded"] else None
+            result = self._driver_container(["stop"], loaded, modules_in_use)
+            if result["unloaded"]:
+                driverload.apply_unloaded(self)
+        self.lab.events.emit(self.name, "driver-container-stop", ok=result["ok"],
+                             unloaded=loaded if result["unloaded"] else None)
+        return result["ok"], "\n".join(result["log"]) + "\n"
+
     # ---- MOK ----------------------------------------------------------------------------------------------
     def mok_confirm(self) -> str:
         """The operator at the console accepts the staged MOK keys (now in MokManager, or at next boot)."""
@@ -469,6 +515,13 @@ class NodeView:
 
     def start_process(self, argv: list, env=None):
         return self._node.start_process(argv, env)
+
+    def start_driver_container(self, version: str, modules_in_use: bool = False) -> tuple:
+        """GPU Operator mode: the driver pod's container starts on the node; (ok, log)."""
+        return self._node.start_driver_container(version, modules_in_use)
+
+    def stop_driver_container(self, modules_in_use: bool = False) -> tuple:
+        return self._node.stop_driver_container(modules_in_use)
 
     def subscribe(self, callback) -> None:
         name = self.name

@@ -1,6 +1,6 @@
 """CustomResourceDefinitions served by the API twin as kube-apiserver serves them, through real kubectl: the
 GPU Operator's ClusterPolicy and NVIDIADriver and medik8s' NodeMaintenance are installed from their real
-manifests (``fixtures/crds/``, see PROVENANCE.md), then their objects get the schema's defaults, are refused
+manifests (``fixtures/crds/`` and ``gpulab/kube/sim/gpu_operator_crds/``, see their PROVENANCE.md), then their objects get the schema's defaults, are refused
 with the server's field errors, print their ``additionalPrinterColumns`` and keep ``status`` apart."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from test_kube_api_kubectl import KUBECTL, Twin
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
 CRDS = os.path.join(os.path.dirname(__file__), "fixtures", "crds")
+OPERATOR_CRDS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "gpulab", "kube", "sim", "gpu_operator_crds")
 CLUSTER_POLICY_SECTIONS = ("daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd",
                            "nodeStatusExporter", "operator", "toolkit")
 RESERVATION_CRD = {
@@ -37,7 +38,7 @@ RESERVATION_CRD = {
 @pytest.fixture
 def twin(tmp_path):
     twin = Twin(tmp_path)
-    twin.kubectl("apply", "-f", CRDS)
+    twin.kubectl("apply", "-f", CRDS, "-f", OPERATOR_CRDS)
     yield twin
     twin.server.stop()
 

@@ -939,13 +939,27 @@ def _query_gpu(opts: dict, gpus: list, present_count: int, kernel_version: str, 
                                                    units="nounits" not in format_words))
 
 
+def _userspace_root(root: str) -> str:
+    """Where this nvidia-smi's libraries are: the root it was installed in. `/usr/bin/nvidia-smi` is the node's
+    own; `/run/nvidia/driver/usr/bin/nvidia-smi` is the GPU Operator driver container's root, whose NVML it uses
+    as `chroot /run/nvidia/driver nvidia-smi` does on a real node."""
+    program = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    suffix = "/usr/bin/nvidia-smi"
+    if not program.endswith(suffix) or program == suffix:
+        return root
+    prefix = program[:-len(suffix)]
+    if root != "/" and prefix.startswith(root.rstrip("/") + "/"):
+        return prefix          # a test's node root on the host: the path already lies in it
+    return os.path.join(root, prefix.lstrip("/"))
+
+
 def main(argv: list | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = os.environ.get("GPULAB_NODE_ROOT", "/")
     hw = load_node_hw(root)
     # under the twin's driver-mismatch fault the node core rewrites /proc/driver/nvidia/version (the kernel side)
     kernel_version = kernel_driver_version(_read_text(_node_path(PROC_VERSION_PATH, root)))
-    result = run(argv, hw, kernel_version, userspace_driver_version(root), root=root)
+    result = run(argv, hw, kernel_version, userspace_driver_version(_userspace_root(root)), root=root)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.rc

@@ -15,6 +15,10 @@ Cluster-side fault kinds (`gpulab fault NODE KIND`):
 - `pdb-block`: a Deployment pinned to the node whose PDB (minAvailable = replicas) allows no disruption;
 - `kubelet-down`: the kubelet stops posting: Ready Unknown (NotReady) and the unreachable taints.
 
+GPU Operator mode (`gpu_operator=operator.OperatorConfig(driver_version, time_scale)`, `gpulab up --gpu-operator`):
+the Operator's CRDs, ClusterPolicy, labels, driver and validator DaemonSets (`operator.py`, pods in
+`driverpod.py`) and its driver upgrade controller (`driver_upgrade_controller.py`).
+
 Timings (seconds, defaults as upstream where upstream has one): `heartbeat_s` 10 (Lease renewal and node
 status), `crash_backoff_s` 10 doubling to 300 (CrashLoopBackOff), `job_backoff_s` 10 doubling to 360 (a
 Job's next pod after a failed one), `container_start_s` 1 (a new pod is
@@ -38,12 +42,14 @@ from gpulab.faults import CLUSTER_FAULTS
 from ..api.errors import ApiError
 from ..api.recorder import RECORDS_FILE, Recorder
 from ..api.store import Store
-from . import deviceplugin
+from . import deviceplugin, operator
 from .apionly import ApiOnlyFleet
 from .controllers import ControllerManager
+from .driver_upgrade_controller import DriverUpgradeController
 from .kubelet import Kubelet, KubeletConfig
 from .pods import PodLogs
 
+OperatorConfig = operator.OperatorConfig    # for the daemon, which imports only this module
 KUBECONFIG_FILE = "kubeconfig"
 FAULT_NAMESPACE = "gpulab-faults"
 ARMABLE_FAULTS = ("stale-device-plugin", "device-plugin-crash", "kubelet-down")
@@ -54,7 +60,7 @@ class KubeCluster:
     def __init__(self, state_dir: str, node_views, api_only: int = 0, mig_strategy: str = "single",
                  dra: bool = False, heartbeat_s: float = 10.0, tick_s: float = 0.5, host: str = "127.0.0.1",
                  port: int = 0, crash_backoff_s: float = 10.0, container_start_s: float = 1.0, record: bool = True,
-                 job_backoff_s: float = 10.0):
+                 job_backoff_s: float = 10.0, gpu_operator=None):
         if mig_strategy not in ("single", "mixed"):
             raise ValueError("mig_strategy must be 'single' or 'mixed', not %r" % (mig_strategy,))
         self.state_dir = state_dir
@@ -63,8 +69,16 @@ class KubeCluster:
         self.port = port
         self.kubeconfig_path = os.path.join(state_dir, KUBECONFIG_FILE)
         self.records_path = os.path.join(state_dir, RECORDS_FILE)
+        # GPU Operator mode (`operator.OperatorConfig`): its time_scale shrinks the crash back-off too, so a
+        # driver pod reaches the upgrade controller's restart limit in seconds in tests.
+        self.gpu_operator = gpu_operator
+        if gpu_operator is not None:
+            crash_backoff_s *= gpu_operator.time_scale
         self.config = KubeletConfig(heartbeat_s=heartbeat_s, mig_strategy=mig_strategy, dra=dra,
-                                    crash_backoff_s=crash_backoff_s, container_start_s=container_start_s)
+                                    crash_backoff_s=crash_backoff_s, container_start_s=container_start_s,
+                                    operator_labels=gpu_operator is not None)
+        if gpu_operator is not None:
+            self.config.max_crash_backoff_s *= gpu_operator.time_scale
         os.makedirs(state_dir, exist_ok=True)
         self.recorder = Recorder(self.records_path) if record else None
         self.store = Store(recorder=self.recorder)
@@ -86,6 +100,10 @@ class KubeCluster:
         self.manager.start(background=False)
         # manager.create leaves an object that already exists as it is (409 is not an error here).
         self.manager.create("daemonsets", deviceplugin.daemonset_manifest(), namespace=deviceplugin.NAMESPACE)
+        if self.gpu_operator is not None:
+            operator.install(self.manager, self.gpu_operator)
+            self.manager.addons += [operator.GpuOperator(self.manager, self.gpu_operator),
+                                    DriverUpgradeController(self.manager, self.gpu_operator)]
         if self.config.dra:
             for device_class in deviceplugin.dra_device_classes():
                 self.manager.create("deviceclasses", device_class)

@@ -51,6 +51,7 @@ class ControllerManager:
         self.pass_errors = []
         self.statefulsets = StatefulSetController(self)
         self.jobs = JobController(self, backoff_s=job_backoff_s)
+        self.addons = []                    # more controllers (GPU Operator mode): each .sync(now), after DaemonSets
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self, background: bool = True) -> None:
@@ -97,6 +98,8 @@ class ControllerManager:
             self._step(self.sync_deployments)
             self._step(self.sync_replicasets)
             self._step(self.sync_daemonsets)
+            for addon in self.addons:
+                self._step(addon.sync, now)
             self._step(self.statefulsets.sync)
             self._step(self.jobs.sync, now)
             self._step(self.schedule_pending, now)
@@ -380,8 +383,30 @@ class ControllerManager:
                 self._create_pod_from_template(daemonset, template, node_name=node_name,
                                                extra_labels={"controller-revision-hash": revision},
                                                tolerations=DAEMONSET_TOLERATIONS)
+        self._ensure_daemonset_revision(daemonset, template, revision)
         self._roll_daemonset(daemonset, revision, pods_on_node, eligible)
         self._write_daemonset_status(daemonset, revision, eligible)
+
+    def _ensure_daemonset_revision(self, daemonset: dict, template: dict, revision: str) -> None:
+        """One ControllerRevision `NAME-HASH` per template, as the DaemonSet controller keeps them: the current
+        template's has the highest `revision` (a template seen before gets its old revision renumbered)."""
+        uid = meta(daemonset).get("uid")
+        owned = [rev for rev in self.informer.items("controllerrevisions", meta(daemonset).get("namespace"))
+                 if (controller_owner(rev) or {}).get("uid") == uid]
+        name = "%s-%s" % (meta(daemonset)["name"], revision)
+        newest = max([int(rev.get("revision") or 0) for rev in owned] + [0])
+        current = next((rev for rev in owned if meta(rev).get("name") == name), None)
+        if current is None:
+            selector_labels = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            self.create("controllerrevisions", {
+                "apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": {"name": name, "namespace": meta(daemonset).get("namespace"),
+                             "labels": dict(selector_labels, **{"controller-revision-hash": revision}),
+                             "ownerReferences": [owner_reference(daemonset)]},
+                "data": {"spec": {"template": dict(copy.deepcopy(template), **{"$patch": "replace"})}},
+                "revision": newest + 1}, namespace=meta(daemonset).get("namespace"))
+        elif int(current.get("revision") or 0) < newest:
+            self.patch("controllerrevisions", current, {"revision": newest + 1})
 
     def _roll_daemonset(self, daemonset: dict, revision: str, pods_on_node: dict, eligible: set) -> None:
         strategy = (daemonset.get("spec") or {}).get("updateStrategy") or {}

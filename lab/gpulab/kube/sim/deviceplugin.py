@@ -115,10 +115,22 @@ def _driver_version_labels(driver_version: str) -> dict:
     return labels
 
 
-def apply_gfd_labels(current_labels: dict, wanted_gfd_labels: dict) -> dict:
-    """Node labels with every GFD-owned `nvidia.com/` label replaced by the wanted set."""
-    kept = {key: value for key, value in (current_labels or {}).items() if not key.startswith(GFD_LABEL_PREFIX)}
-    kept.update(wanted_gfd_labels)
+GFD_LABEL_KEYS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count",
+                  "nvidia.com/gpu.memory", "nvidia.com/gpu.replicas", "nvidia.com/mig.capable",
+                  "nvidia.com/mig.strategy")
+
+
+def is_gfd_label(key: str) -> bool:
+    """A label GFD writes (others under `nvidia.com/`, e.g. the GPU Operator's, are not its to remove)."""
+    return key in GFD_LABEL_KEYS or key.startswith(GFD_LABEL_PREFIX + "cuda.") or (
+        key.startswith(MIG_RESOURCE_PREFIX) and key.endswith(".count"))
+
+
+def apply_gfd_labels(current_labels: dict, wanted_gfd_labels: dict, not_owned=()) -> dict:
+    """Node labels with every GFD-owned label replaced by the wanted set (keys in `not_owned` left alone)."""
+    kept = {key: value for key, value in (current_labels or {}).items()
+            if not is_gfd_label(key) or key in not_owned}
+    kept.update({key: value for key, value in wanted_gfd_labels.items() if key not in not_owned})
     return kept
 
 

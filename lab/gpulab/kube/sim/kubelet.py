@@ -25,6 +25,7 @@ from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMES
                          status_unknown_conditions)
 from .objects import meta, pod_is_terminating
 from .containers import ContainerProcesses, container_argv, container_env
+from .driverpod import OperatorPods
 from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
                    restarts_after_exit)
 
@@ -33,7 +34,7 @@ class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
                  resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0,
-                 max_processes: int = 64):
+                 max_processes: int = 64, operator_labels: bool = False):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -43,6 +44,7 @@ class KubeletConfig:
         self.resourceslice_api_version = resourceslice_api_version
         self.container_start_s = container_start_s
         self.max_processes = max_processes      # container processes per node twin; more wait to start
+        self.operator_labels = operator_labels  # GPU Operator mode: `nvidia.com/gpu.present` is the Operator's
 
 
 class _ViewSnapshot:
@@ -90,6 +92,7 @@ class Kubelet:
         self.processes = ContainerProcesses(view, logs, client.informer.changed.set, config.max_processes)
         self._slice_generation = 0
         self._published_slice = None
+        self.operator_pods = OperatorPods(self)
         view.subscribe(self._on_view_event)
 
     # --- node twin events -----------------------------------------------------------------------
@@ -210,7 +213,8 @@ class Kubelet:
             labels[deviceplugin.GPU_NODE_LABEL] = "true"
         gfd = deviceplugin.gfd_labels(snapshot.gpus, snapshot.driver_version, snapshot.mig_capable,
                                       self.config.mig_strategy)
-        return deviceplugin.apply_gfd_labels(labels, gfd)
+        not_owned = (deviceplugin.GFD_LABEL_KEYS[0],) if self.config.operator_labels else ()
+        return deviceplugin.apply_gfd_labels(labels, gfd, not_owned)
 
     def _sync_labels(self, node: dict, snapshot: _ViewSnapshot) -> None:
         current = meta(node).get("labels") or {}
@@ -300,11 +304,14 @@ class Kubelet:
         self._forget_gone_pods(pods)
         for pod in pods:
             if pod_is_terminating(pod):
-                self._finalize(pod, now)
+                if not self.operator_pods.handles(pod) or self.operator_pods.ready_to_finalize(pod, pods):
+                    self._finalize(pod, now)
             elif pod_is_terminal(pod):
                 continue
             elif meta(pod).get("uid") not in self._runtime and self._reject_if_resources_missing(pod, pods, now):
                 continue
+            elif self.operator_pods.handles(pod):
+                self.operator_pods.sync(pod, pods, now)
             elif deviceplugin.is_device_plugin_pod(pod):
                 self._sync_plugin_pod(pod, now)
             elif command_argv(pod) is not None:
@@ -319,6 +326,7 @@ class Kubelet:
         present = {meta(pod).get("uid") for pod in pods}
         for uid in [uid for uid in self._runtime if uid not in present]:
             del self._runtime[uid]
+            self.operator_pods.forget(uid)
             self._jobs.pop(uid, None)
             self.processes.missing_program.discard(uid)
         for uid in [uid for uid in self.processes.uids() if uid not in present]:
@@ -510,6 +518,9 @@ class Kubelet:
     def _sync_plugin_pod(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
         runtime = self._runtime.get(uid)
+        if self.config.operator_labels and self._plugin_waits_for_driver(pod, runtime, now):
+            return
+        runtime = self._runtime.get(uid)
         crashed = runtime is not None and runtime["state"] == "crashed"
         if runtime is None or runtime["needs_restart"] or (pod.get("status") or {}).get("phase") != "Running":
             self._start_plugin(pod, now)
@@ -520,6 +531,24 @@ class Kubelet:
         elif not crashed and self._registered is None and self._stale_plugin_uid != uid \
                 and self._reregister_after is None:
             self._register(pod, now)
+
+    def _plugin_waits_for_driver(self, pod: dict, runtime, now: float) -> bool:
+        """GPU Operator mode: the plugin's init container waits for the driver validation instead of crashing
+        on a node whose driver pod has not loaded the driver yet (a node boots without one)."""
+        starting = runtime is None or runtime.get("needs_restart") or runtime.get("state") == "waiting-driver"
+        if not starting or "device-plugin-crash" in self.faults:
+            return False
+        if self._plugin_can_start():
+            if runtime is not None and runtime.get("state") == "waiting-driver":
+                del self._runtime[meta(pod).get("uid")]
+            return False
+        if runtime is None or runtime.get("state") != "waiting-driver":
+            self._runtime[meta(pod).get("uid")] = {"attempt": 0, "restart_count": 0, "started_at": now,
+                                                  "needs_restart": False, "next_attempt": now,
+                                                  "state": "waiting-driver"}
+            self._registered = None
+            self._write_creating(pod, None, now)
+        return True
 
     def _plugin_can_start(self) -> bool:
         return bool(self._snapshot and self._snapshot.gpus) and "device-plugin-crash" not in self.faults
