@@ -11,93 +11,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
-
-OLD, NEW = "595.91.07", "615.71.09"
-RECORD = "gpuops.nvidia/driver-upgrade"
-DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+from upgrade_helpers import DRIVER_LABEL, NEW, OLD, Fleet
 
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
-
-
-class Fleet:
-    """A running lab plus the runbook's command line and the cluster's view, through kubectl-free API reads."""
-
-    def __init__(self, lab, tmp_path):
-        self.lab = lab
-        self.record_dir = str(tmp_path / "runs")
-        self.kubeconfig = os.path.join(lab.state_dir, "kubeconfig")
-
-    def extra_vars(self, **overrides) -> dict:
-        runfiles = os.path.join(self.lab.state_dir, "runfiles")
-        values = {
-            "gpuops_driver_version": NEW,
-            "gpuops_soak_seconds": 0,
-            "gpuops_upgrade_batches": [1, 1],
-            "gpuops_run_record_dir": self.record_dir,
-            "gpuops_reboot_timeout": 120,
-            "gpuops_ready_timeout": 120,
-            "gpuops_drain_timeout": 60,
-            "gpuops_budget_wait_timeout": 0,
-            # the twin's nodes are not kubeadm-joined hosts (no kubelet directory on the node side)
-            "precheck_require_kubelet": False,
-            "nvidia_driver_runfile_src": runfiles + "/NVIDIA-Linux-x86_64-{{ nvidia_driver_version }}.run",
-        }
-        values.update(overrides)
-        return values
-
-    def run(self, check=True, timeout=900, background=False, **overrides):
-        argv = ["ansible-playbook", "-i", os.path.join(self.lab.state_dir, "inventory.yml"),
-                "gpuops.nvidia.driver_upgrade", "-e", json.dumps(self.extra_vars(**overrides))]
-        env = dict(self.lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path())
-        if background:
-            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    start_new_session=True)
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-        output = done.stdout + done.stderr
-        if check and done.returncode != 0:
-            raise AssertionError("driver_upgrade failed (%d):\n%s" % (done.returncode, output[-6000:]))
-        return done.returncode, output
-
-    def kubectl_json(self, *args):
-        done = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig] + list(args) + ["-o", "json"],
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    def nodes(self) -> dict:
-        return {node["metadata"]["name"]: node for node in self.kubectl_json("get", "nodes")["items"]}
-
-    def record(self, node: dict):
-        raw = (node["metadata"].get("annotations") or {}).get(RECORD)
-        return json.loads(raw) if raw else None
-
-    def lock_holder(self):
-        """Who holds the roll-out lock (None: free, or the Lease does not exist)."""
-        for lease in self.kubectl_json("get", "leases", "-n", "kube-system")["items"]:
-            if lease["metadata"]["name"] == "gpuops-nvidia-rollout":
-                return lease["spec"].get("holderIdentity")
-        return None
-
-    def boots(self, since=0.0) -> dict:
-        counts = {}
-        for event in self.lab.events(kind="up", since=since):
-            counts[event["node"]] = counts.get(event["node"], 0) + 1
-        return counts
-
-    def check_invariants(self, max_unavailable=1) -> dict:
-        done = subprocess.run([sys.executable, "-m", "gpulab.kube.sim.checker", self.lab.state_dir,
-                               "--max-unavailable", str(max_unavailable)],
-                              capture_output=True, text=True, env=self.lab.env, timeout=120)
-        report = json.loads(done.stdout)
-        assert report["pdb_violations"] == [], report
-        assert report["max_unavailable_ok"], report
-        return report
 
 
 @pytest.fixture(scope="module")

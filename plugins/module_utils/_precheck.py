@@ -159,6 +159,19 @@ def _check_secure_boot(facts, requirements, unmet, notes):
     if mok.get("enrolled"):
         notes.append(_finding("mok_enrolled", "The signing key %s is enrolled." % mok.get("certificate_path"), ""))
         return
+    if not requirements.get("allow_key_enrollment", True) and (
+            mok.get("key_present") or mok.get("pending") or requirements.get("allow_key_creation", True)):
+        # an unattended run: a key staged now, or created and staged, is only enrolled if someone confirms it at
+        # the console at the next boot; without that the kernel refuses the signed modules after the reboot
+        unmet.append(_finding("secure_boot_key_not_enrolled",
+                              "Module signing is needed and the signing key %s is not enrolled%s (key enrolment "
+                              "is not allowed: it needs someone at the console at the next boot)."
+                              % (mok.get("certificate_path"),
+                                 ", only staged" if mok.get("pending")
+                                 else "" if mok.get("key_present") else ", nor present"),
+                              "Enrol the key first (mokutil --import, confirmed at the console in MokManager), or "
+                              "point the signing key variables at a key that is enrolled."))
+        return
     if mok.get("pending"):
         notes.append(_finding("mok_enrollment_pending", "The signing key %s is staged for enrolment."
                               % mok.get("certificate_path"),

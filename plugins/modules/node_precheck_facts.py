@@ -56,6 +56,13 @@ options:
     description: Whether a missing signing key may be created on the node (else it is an unmet requirement).
     type: bool
     default: true
+  allow_key_enrollment:
+    description:
+      - Whether a signing key that is not enrolled yet may be staged for enrolment, to be confirmed at the console
+        (MokManager) at the next boot. V(false), for unattended runs, makes a needed key that is not enrolled (absent,
+        present or only staged) an unmet requirement.
+    type: bool
+    default: true
   kubelet_root_dir:
     description:
       - The kubelet root dir. When not set, the C(--root-dir) of C(/var/lib/kubelet/kubeadm-flags.env),
@@ -385,6 +392,7 @@ def main():
             mok_certificate=dict(type="path", default="/var/lib/gpuops/mok/MOK.der"),
             mok_private_key=dict(type="path", default="/var/lib/gpuops/mok/MOK.priv"),
             allow_key_creation=dict(type="bool", default=True),
+            allow_key_enrollment=dict(type="bool", default=True),
             kubelet_root_dir=dict(type="path"),
             require_kubelet=dict(type="bool", default=True),
             require_containerd=dict(type="bool", default=True),
@@ -417,8 +425,8 @@ def main():
     }
     requirements = dict((key, params[key]) for key in (
         "driver_version", "cuda_version", "kernel_module_type", "secure_boot_sign", "allow_key_creation",
-        "require_kubelet", "require_containerd", "container_runtime_path", "gpu_operator", "swap_off",
-        "hugepages_total"))
+        "allow_key_enrollment", "require_kubelet", "require_containerd", "container_runtime_path", "gpu_operator",
+        "swap_off", "hugepages_total"))
     facts["verdict"] = evaluate(facts, requirements)
     facts["failure_message"] = "" if facts["verdict"]["ok"] else failure_message(
         os.uname()[1], facts["verdict"])
