@@ -948,7 +948,8 @@ def _userspace_root(root: str) -> str:
     if not program.endswith(suffix) or program == suffix:
         return root
     prefix = program[:-len(suffix)]
-    if root != "/" and prefix.startswith(root.rstrip("/") + "/"):
+    node_root = os.path.realpath(root)
+    if root != "/" and (prefix == node_root or prefix.startswith(node_root + "/")):
         return prefix          # a test's node root on the host: the path already lies in it
     return os.path.join(root, prefix.lstrip("/"))
 
