@@ -10,14 +10,9 @@ reached."""
 from __future__ import annotations
 
 import json
-import socket
-from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urlencode
 
-from ansible.module_utils.common.text.converters import to_native, to_text
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
-
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _http_api as http_api
 from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager import (
     AlertmanagerAnswerError,
     check_expired,
@@ -39,24 +34,15 @@ class AlertmanagerClient:
         self.timeout = params["timeout"]
 
     def request(self, method, path, query=None, body=None):
-        url = self.base_url + path + ("?" + urlencode(query) if query else "")
         headers = dict(self.headers)
         data = None
         if body is not None:
             data = json.dumps(body)
             headers["Content-Type"] = "application/json"
-        try:
-            answer = open_url(url, data=data, headers=headers, method=method, validate_certs=self.validate_certs,
-                              ca_path=self.ca_path, timeout=self.timeout, url_username=self.username,
-                              url_password=self.password, force_basic_auth=bool(self.username))
-            status, text = answer.getcode(), answer.read()
-        except HTTPError as error:
-            status, text = error.code, read_error_body(error)
-        except (URLError, UrlConnectionError, socket.timeout, OSError) as error:
-            # URLError: refused, DNS, TLS handshake; UrlConnectionError: certificate validation, proxy
-            reason = getattr(error, "reason", None) or error
-            raise AlertmanagerAnswerError("cannot reach Alertmanager at %s: %s" % (self.base_url, to_native(reason)))
-        return status, to_text(text, errors="surrogate_or_replace")
+        return http_api.request(self.base_url, path + ("?" + urlencode(query) if query else ""), "Alertmanager",
+                                AlertmanagerAnswerError, method=method, data=data, headers=headers,
+                                validate_certs=self.validate_certs, ca_path=self.ca_path, timeout=self.timeout,
+                                url_username=self.username, url_password=self.password)
 
     def silences(self, filters=()):
         """The silences that pass ``filters`` (from filter_params; all silences without), expired ones included."""
@@ -68,10 +54,3 @@ class AlertmanagerClient:
     def expire(self, silence_id):
         status, text = self.request("DELETE", "/api/v2/silence/%s" % quote(silence_id, safe=""))
         check_expired(status, text, silence_id)
-
-
-def read_error_body(error):
-    try:
-        return error.read()
-    except (IOError, OSError, AttributeError):
-        return b""

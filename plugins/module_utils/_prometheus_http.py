@@ -8,14 +8,9 @@
 
 from __future__ import annotations
 
-import socket
-from urllib.error import HTTPError, URLError
 from urllib.parse import urlencode
 
-from ansible.module_utils.common.text.converters import to_native, to_text
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import open_url
-
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _http_api as http_api
 from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import PrometheusAnswerError, parse_api_answer
 
 
@@ -40,21 +35,6 @@ class PrometheusClient:
         if form is not None:
             body = urlencode(form)
             headers["Content-Type"] = "application/x-www-form-urlencoded"
-        try:
-            answer = open_url(self.base_url + path, data=body, headers=headers, method="POST" if body else "GET",
-                              validate_certs=self.validate_certs, ca_path=self.ca_path, timeout=self.timeout)
-            status, text = answer.getcode(), answer.read()
-        except HTTPError as error:
-            status, text = error.code, read_error_body(error)
-        except (URLError, UrlConnectionError, socket.timeout, OSError) as error:
-            # URLError: refused, DNS, TLS handshake; UrlConnectionError: certificate validation, proxy
-            reason = getattr(error, "reason", None) or error
-            raise PrometheusAnswerError("cannot reach Prometheus at %s: %s" % (self.base_url, to_native(reason)))
-        return parse_api_answer(status, to_text(text, errors="surrogate_or_replace"))
-
-
-def read_error_body(error):
-    try:
-        return error.read()
-    except (IOError, OSError, AttributeError):
-        return b""
+        return parse_api_answer(*http_api.request(
+            self.base_url, path, "Prometheus", PrometheusAnswerError, method="POST" if body else "GET", data=body,
+            headers=headers, validate_certs=self.validate_certs, ca_path=self.ca_path, timeout=self.timeout))
