@@ -16,7 +16,7 @@ import time
 
 from gpulab import sshkeys
 from gpulab.bridge import TcpBridge, listening
-from gpulab.osutil import LAB_DIR, kill_pids, pid_namespace, pids_in_namespace, port_accepts, read_json, \
+from gpulab.osutil import LAB_DIR, end_boot, kill_pids, pid_namespace, pids_in_namespace, port_accepts, read_json, \
     wait_namespace_empty, write_json
 
 NAME = "bastion"
@@ -105,14 +105,7 @@ class Bastion:
         namespace = pid_namespace(self.holder_pid) if self.holder_pid else None
         if self.holder_pid:
             kill_pids([self.holder_pid], signal.SIGKILL)
-        if self.process is not None:
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if namespace:
-            wait_namespace_empty(namespace)
+        end_boot(self.process, namespace)
         self.process = None
         self.holder_pid = None
         self.save()

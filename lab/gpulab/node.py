@@ -22,8 +22,8 @@ from gpulab import driverload, faults as node_faults, sshkeys
 from gpulab.faults import FaultError, parse_fault
 from gpulab.layer import nvidia_function
 from gpulab.nvidia.profiles import CLI_PROFILES
-from gpulab.osutil import LAB_DIR, mounts_under, pid_namespace, pids_in_namespace, port_accepts, read_json, \
-    wait_namespace_empty, write_file, write_json
+from gpulab.osutil import LAB_DIR, end_boot, mounts_under, pid_namespace, pids_in_namespace, port_accepts, read_json, \
+    write_file, write_json
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -276,16 +276,7 @@ class Node:
                 os.kill(self.holder_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self.process:
-            # unshare reaps the node's PID 1 and exits; killing it first would leave PID 1 a zombie for the
-            # host's init to reap (seconds, on some container inits)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if namespace:
-            wait_namespace_empty(namespace)
+        end_boot(self.process, namespace)
         self.process = None
         self.holder_pid = None
         self.save()

@@ -97,6 +97,20 @@ def wait_namespace_empty(namespace: str, timeout_s: float = 10) -> None:
         time.sleep(0.02)
 
 
+def end_boot(process, namespace) -> None:
+    """After a boot's PID 1 was told to stop: wait for its ``unshare`` process (the one that reaps PID 1; killing
+    it first would leave PID 1 a zombie for the host's init to reap, seconds on some container inits), killing it
+    after 10 s, then for the PID namespace to empty (``namespace`` None: nothing to wait for)."""
+    if process is not None:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    if namespace:
+        wait_namespace_empty(namespace)
+
+
 def process_name(pid: int) -> str:
     try:
         with open("/proc/%d/comm" % pid) as stream:
