@@ -56,6 +56,7 @@ class ListWatch:
         self.lists = 0
         self.relists_after_expiry = 0
         self._stopped = threading.Event()
+        self._lock = threading.Lock()      # hands the open watch response between the reader and stop()
         self._response = None
         self._thread = None
 
@@ -66,14 +67,11 @@ class ListWatch:
 
     def stop(self, join_s=1.0):
         """Ends the watch (the reader thread returns within ``join_s``)."""
-        self._stopped.set()
-        response = self._response
+        with self._lock:
+            self._stopped.set()
+            response = self._response
         if response is not None:
-            for close in ('shutdown', 'close'):
-                try:
-                    getattr(response, close, lambda: None)()
-                except Exception:  # pylint: disable=broad-except
-                    pass
+            _close(response)
         if self._thread is not None:
             self._thread.join(join_s)
 
@@ -111,11 +109,18 @@ class ListWatch:
     def _watch(self, resource_version, deadline):
         """Reads one watch until the server closes it; returns the resourceVersion to resume from."""
         timeout_s = max(1, int(deadline - time.time()) + 1)
-        self._response = self.list_call(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-                                        timeout_seconds=timeout_s, _preload_content=False)
+        response = self.list_call(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                                  timeout_seconds=timeout_s, _preload_content=False)
         self.watches_opened += 1
+        with self._lock:
+            # stop() may have come while the request was in flight: it found no response to close
+            stopped = self._stopped.is_set()
+            self._response = None if stopped else response
+        if stopped:
+            _close(response)
+            return resource_version
         try:
-            for line in iter_lines(self._response):
+            for line in iter_lines(response):
                 event = json.loads(line)
                 kind, obj = event.get('type'), event.get('object') or {}
                 if kind == 'ERROR':
@@ -126,9 +131,19 @@ class ListWatch:
                 if kind in ('ADDED', 'MODIFIED', 'DELETED'):
                     self.events.put((self.key, kind, obj))
         finally:
-            self._response.release_conn()
-            self._response = None
+            with self._lock:
+                self._response = None
+            response.release_conn()
         return resource_version
+
+
+def _close(response):
+    """Interrupts a streamed response, also one another thread is reading (urllib3 2.3+ has shutdown())."""
+    for close in ('shutdown', 'close'):
+        try:
+            getattr(response, close, lambda: None)()
+        except Exception:  # pylint: disable=broad-except
+            pass
 
 
 class WatchError(Exception):

@@ -8,6 +8,7 @@ closes, a 410 Expired ERROR event) and what the reader must do with it."""
 from __future__ import annotations
 
 import json
+import threading
 import queue
 import time
 
@@ -116,3 +117,37 @@ def test_a_refused_list_is_reported_once_with_the_status_message():
     assert (key, kind) == ("nodes", "FAILED")
     assert message == ('watch nodes: nodes is forbidden: User "sre" cannot list resource "nodes" '
                        '(reason Forbidden, HTTP 403)')
+
+
+def test_stop_while_the_watch_request_is_in_flight_returns_at_once_and_closes_it():
+    # A module that decides on the first list calls stop() while the watch request is still being answered: there
+    # is no response to close yet, so the reader must close it when it arrives instead of reading it until the
+    # join times out (which cost every waiting module a second).
+    listed, answer = threading.Event(), threading.Event()
+    closed = threading.Event()
+
+    class Streaming(Response):
+        """A watch on which nothing happens: its read returns only when the response is shut down."""
+
+        def stream(self, amt=None, decode_content=False):
+            closed.wait(10)
+            return iter(())
+
+        def shutdown(self):
+            closed.set()
+
+    def server(**query):
+        if not query.get("watch"):
+            listed.set()
+            return Response(json.dumps({"items": [], "metadata": {"resourceVersion": "1"}}).encode())
+        answer.wait(5)
+        return Streaming(b"")
+
+    events = queue.Queue()
+    watcher = ListWatch("nodes", server, events).start(time.time() + 30)
+    assert events.get(timeout=5)[1] == "SYNC" and listed.is_set()
+    threading.Timer(0.2, answer.set).start()
+    started = time.monotonic()
+    watcher.stop(join_s=5)
+    assert time.monotonic() - started < 2
+    assert closed.is_set() and watcher.watches_opened == 1
