@@ -12,10 +12,9 @@ Every Kubernetes module of this collection uses it the same way::
     argument_spec = dict(K8S_AUTH_ARG_SPEC, name=dict(type='str', required=True))
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     api = api_client_from_module(module)          # fails the task cleanly without the kubernetes library
-    core = kubernetes.client.CoreV1Api(api)       # import kubernetes inside the module with try/except too
     try:
-        node = core.read_node(module.params['name'])
-    except Exception as error:                    # ApiException, urllib3 connection and TLS errors
+        node = request_json(api, 'GET', resource_path('v1', 'nodes', module.params['name']))
+    except Exception as error:                    # ApiError, urllib3 connection and TLS errors
         module.fail_json(msg=api_error_message(error, 'read node %s' % module.params['name']))
 
 - ``K8S_AUTH_ARG_SPEC``: kubernetes.core's connection options with the same names, aliases and ``K8S_AUTH_*``
@@ -24,6 +23,11 @@ Every Kubernetes module of this collection uses it the same way::
 - ``api_client_from_module(module)`` -> ``kubernetes.client.ApiClient``: a missing library is
   ``missing_required_lib('kubernetes')``, a bad kubeconfig a one-line message; never a traceback.
 - ``build_api_client(params)``: the same without a module (raises ``K8sConfigError``), for tests and benchmarks.
+- ``request_json(api, method, path, query=None, body=None, content_type=None, timeout_s=None)``: one API request
+  as plain JSON over the ``ApiClient``'s connection pool, headers and auth (``request(..., stream=True)`` gives the
+  urllib3 response of a watch); ``list_call(api, path, **selectors)`` is the ``list_call`` of ``_k8s_watch``.
+  The client's typed API classes and models are never loaded: building them costs ~0.4 s CPU per module run with
+  kubernetes >= 35 (pydantic models), and the modules work on JSON anyway. A non-2xx answer raises ``ApiError``.
 - ``api_error_message(error, action)``: "ACTION: MESSAGE (reason REASON, HTTP CODE)" from the API's Status body;
   plain text for connection errors. ``status_of(error)`` gives ``(code, reason, message)`` for decisions
   (409 Conflict, 404 NotFound, 410 Expired, 429 TooManyRequests).
@@ -35,19 +39,32 @@ import json
 import os
 import traceback
 
+from urllib.parse import quote, urlencode
+
 from ansible.module_utils.basic import env_fallback, missing_required_lib
 
 try:
+    import urllib3
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
-    k8s_client = k8s_config = None
+    k8s_client = k8s_config = urllib3 = None
 else:
     KUBERNETES_IMPORT_ERROR = None
 
 
 USER_AGENT = 'gpuops.nvidia'
+
+JSON = 'application/json'
+MERGE_PATCH = 'application/merge-patch+json'
+STRATEGIC_MERGE_PATCH = 'application/strategic-merge-patch+json'
+JSON_PATCH = 'application/json-patch+json'
+
+# the keyword arguments of the typed list methods (and of _k8s_watch's list calls) -> the API's query parameters
+QUERY_NAMES = dict(field_selector='fieldSelector', label_selector='labelSelector', resource_version='resourceVersion',
+                   allow_watch_bookmarks='allowWatchBookmarks', timeout_seconds='timeoutSeconds', watch='watch',
+                   limit='limit', _continue='continue', grace_period_seconds='gracePeriodSeconds')
 
 
 def _env(*names):
@@ -179,3 +196,108 @@ def api_error_message(error, action=None):
     else:
         text = '%s (reason %s, HTTP %s)' % (message, reason or 'unknown', code)
     return '%s: %s' % (action, text) if action else text
+
+
+class ApiError(Exception):
+    """A non-2xx answer of the API server, with what ``status_of`` reads: ``status`` (the HTTP code), ``reason``
+    (the HTTP reason phrase), ``body`` (the answer, a ``metav1.Status`` as JSON bytes) and ``headers``."""
+
+    def __init__(self, status, reason, body, headers=None, action=None):
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.headers = headers or {}
+        super(ApiError, self).__init__('%s: HTTP %s %s' % (action, status, reason) if action else
+                                       'HTTP %s %s' % (status, reason))
+
+
+def resource_path(group_version, plural, name=None, namespace=None, subresource=None):
+    """The API path of a collection or an object: ``resource_path('v1', 'pods', 'p', 'ns', 'eviction')`` is
+    ``/api/v1/namespaces/ns/pods/p/eviction``; a group's version is ``coordination.k8s.io/v1``."""
+    parts = ['/api/v1' if group_version == 'v1' else '/apis/' + group_version]
+    if namespace is not None:
+        parts += ['namespaces', quote(namespace, safe='')]
+    parts.append(plural)
+    if name is not None:
+        parts.append(quote(name, safe=''))
+    if subresource:
+        parts.append(subresource)
+    return '/'.join(parts)
+
+
+def typed_patch_content_type(body):
+    """The content type the client's typed ``patch_*`` methods send: JSON patch for a list of operations, else
+    strategic merge patch (their rest layer turns the JSON patch they select into one for any other body)."""
+    return JSON_PATCH if isinstance(body, list) else STRATEGIC_MERGE_PATCH
+
+
+def _query_pairs(query):
+    pairs = []
+    for name, value in (query.items() if isinstance(query, dict) else query or ()):
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = 'true' if value else 'false'
+        pairs.append((QUERY_NAMES.get(name, name), str(value)))
+    return pairs
+
+
+def request(api, method, path, query=None, body=None, content_type=None, timeout_s=None, stream=False):
+    """One request to the API server over ``api`` (a ``kubernetes.client.ApiClient``): its host, default headers
+    (User-Agent, impersonation), auth (``configuration.auth_settings()`` also runs the kubeconfig's token refresh
+    hook) and connection pool (client certificate, CA, proxy). Returns the urllib3 response, read already unless
+    ``stream``; a non-2xx answer raises ``ApiError``; connection and TLS errors are urllib3's.
+
+    ``query``: a dict or pairs (the typed methods' snake_case names are mapped, ``None`` values left out, booleans
+    sent as ``true``/``false``); ``body``: sent as JSON with ``content_type`` (default ``application/json``; a
+    PATCH must name its patch type, see ``typed_patch_content_type``); ``timeout_s``: a total timeout.
+    """
+    method = method.upper()
+    configuration = api.configuration
+    headers = dict(api.default_headers)
+    headers['Accept'] = JSON
+    pairs = _query_pairs(query)
+    for setting in configuration.auth_settings().values():
+        if not setting.get('value'):
+            continue
+        if setting.get('in') == 'header':
+            headers[setting['key']] = setting['value']
+        elif setting.get('in') == 'query':
+            pairs.append((setting['key'], setting['value']))
+    encoded = None
+    if method == 'PATCH' and content_type not in (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH):
+        raise ValueError('a PATCH needs its patch type (merge, strategic merge or JSON patch), got %r' % content_type)
+    if body is not None:
+        headers['Content-Type'] = content_type or JSON
+        encoded = json.dumps(body).encode('utf-8')
+    url = configuration.host.rstrip('/') + path + ('?' + urlencode(pairs) if pairs else '')
+    timeout = urllib3.Timeout(total=timeout_s) if timeout_s else None
+    response = api.rest_client.pool_manager.request(method, url, body=encoded, headers=headers, timeout=timeout,
+                                                    preload_content=not stream)
+    if not 200 <= response.status < 300:
+        data = response.data
+        if stream:
+            response.release_conn()
+        raise ApiError(response.status, response.reason, data, dict(response.headers))
+    return response
+
+
+def request_json(api, method, path, query=None, body=None, content_type=None, timeout_s=None):
+    """``request(...)``'s answer decoded from JSON (``None`` for an empty one)."""
+    data = request(api, method, path, query=query, body=body, content_type=content_type, timeout_s=timeout_s).data
+    return json.loads(data) if data else None
+
+
+def list_call(api, path, **selectors):
+    """A ``list_call(**query)`` for ``_k8s_watch`` (``ListWatch``, ``list_json``) that lists ``path`` with
+    ``selectors`` (``field_selector=...``, ``label_selector=...``): the urllib3 response, streamed for a watch."""
+    def call(_preload_content=False, **query):  # pylint: disable=unused-argument
+        merged = dict(selectors, **query)
+        return request(api, 'GET', path, query=merged, stream=bool(merged.get('watch')))
+    return call
+
+
+def set_connection_pool_size(api, size):
+    """Gives ``api`` a connection pool of ``size`` connections per host (the client's default is 5 per CPU)."""
+    api.configuration.connection_pool_maxsize = size
+    api.rest_client = type(api.rest_client)(api.configuration)
