@@ -200,15 +200,14 @@ def api_error_message(error, action=None):
 
 class ApiError(Exception):
     """A non-2xx answer of the API server, with what ``status_of`` reads: ``status`` (the HTTP code), ``reason``
-    (the HTTP reason phrase), ``body`` (the answer, a ``metav1.Status`` as JSON bytes) and ``headers``."""
+    (the HTTP reason phrase), ``body`` (the answer as text, a ``metav1.Status`` in JSON) and ``headers``."""
 
-    def __init__(self, status, reason, body, headers=None, action=None):
+    def __init__(self, status, reason, body, headers=None):
         self.status = status
         self.reason = reason
-        self.body = body
+        self.body = body.decode('utf-8', 'replace') if isinstance(body, bytes) else body
         self.headers = headers or {}
-        super(ApiError, self).__init__('%s: HTTP %s %s' % (action, status, reason) if action else
-                                       'HTTP %s %s' % (status, reason))
+        super(ApiError, self).__init__('HTTP %s %s' % (status, reason))
 
 
 def resource_path(group_version, plural, name=None, namespace=None, subresource=None):
@@ -295,6 +294,21 @@ def list_call(api, path, **selectors):
         merged = dict(selectors, **query)
         return request(api, 'GET', path, query=merged, stream=bool(merged.get('watch')))
     return call
+
+
+class NodeApi:
+    """``read_node`` and ``patch_node`` as the typed CoreV1Api has them, on JSON: the patch type is the one the
+    typed ``patch_node`` sends (``typed_patch_content_type``)."""
+
+    def __init__(self, api):
+        self.api = api
+
+    def read_node(self, name):
+        return request_json(self.api, 'GET', resource_path('v1', 'nodes', name))
+
+    def patch_node(self, name, body):
+        return request_json(self.api, 'PATCH', resource_path('v1', 'nodes', name), body=body,
+                            content_type=typed_patch_content_type(body))
 
 
 def set_connection_pool_size(api, size):

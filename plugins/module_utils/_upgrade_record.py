@@ -107,18 +107,17 @@ def record_time(now=None) -> str:
     return (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def write_record(core, name, fields, exclude_from_remediation=True, check_mode=False, is_conflict=None):
+def write_record(nodes, name, fields, exclude_from_remediation=True, check_mode=False, is_conflict=None):
     """Move node ``name``'s record to ``fields['state']`` (or remove it for ``absent``) with one merge patch that is
     conditional on the node's resourceVersion, re-read and retried on a conflict (``is_conflict(error)``).
 
-    ``core`` is a kubernetes CoreV1Api. Returns ``{changed, record, previous_record, annotations_before, patch,
+    ``nodes`` reads and patches nodes as JSON (``_k8s_client.NodeApi``). Returns ``{changed, record, previous_record, annotations_before, patch,
     node}`` (``node`` as JSON after the step); raises RecordWriteError.
     """
-    api = core.api_client
     patch, after, node, before, annotations_before = {}, None, None, None, {}
     for attempt in range(CONFLICT_RETRIES):
         try:
-            node = api.sanitize_for_serialization(core.read_node(name))
+            node = nodes.read_node(name)
         except Exception as error:
             raise RecordWriteError(error, "read node %s" % name)
         before = current_record(node)
@@ -131,7 +130,7 @@ def write_record(core, name, fields, exclude_from_remediation=True, check_mode=F
             break
         body = {"metadata": {"annotations": patch, "resourceVersion": node["metadata"].get("resourceVersion")}}
         try:
-            node = api.sanitize_for_serialization(core.patch_node(name, body))
+            node = nodes.patch_node(name, body)
             break
         except Exception as error:
             if not (is_conflict and is_conflict(error)) or attempt == CONFLICT_RETRIES - 1:

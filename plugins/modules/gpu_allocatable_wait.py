@@ -201,9 +201,7 @@ watches_opened:
   type: int
 """
 
-import functools
 import gc
-import json
 import queue
 import time
 
@@ -212,10 +210,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
+    list_call,
+    request_json,
+    resource_path,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import (
     DRA,
+    DRA_API_VERSIONS,
     NodeTracker,
     diagnosis,
     dra_api_version,
@@ -223,39 +225,29 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness impo
     summary,
 )
 
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None  # api_client_from_module reports the missing library
-
 # A timeout shorter than the first list takes (a loaded controller) still gets one judgement with a diagnosis.
 FIRST_LIST_GRACE_S = 30
 
 
 def node_list_call(api, names):
-    core = k8s_client.CoreV1Api(api)
     if len(names) == 1:
-        return functools.partial(core.list_node, field_selector='metadata.name=%s' % names[0])
-    return core.list_node
+        return list_call(api, resource_path('v1', 'nodes'), field_selector='metadata.name=%s' % names[0])
+    return list_call(api, resource_path('v1', 'nodes'))
 
 
 def resource_slice_list_call(module, api):
-    """The list method of ResourceSlices in the newest resource.k8s.io version both server and library know."""
+    """The list call of ResourceSlices in the newest resource.k8s.io version the server serves (and we read)."""
     try:
-        response = k8s_client.ApisApi(api).get_api_versions(_preload_content=False)
-        groups = json.loads(response.data).get('groups') or []
+        groups = request_json(api, 'GET', '/apis').get('groups') or []
     except Exception as error:  # pylint: disable=broad-except
         module.fail_json(msg=api_error_message(error, 'discover API groups'))
     served = [version.get('version') for group in groups if group.get('name') == 'resource.k8s.io'
               for version in group.get('versions') or []]
-    usable = [version for version in served if hasattr(k8s_client, 'Resource%sApi' % version.capitalize())]
-    version = dra_api_version(usable)
+    version = dra_api_version(served)
     if version is None:
-        module.fail_json(msg='resource: dra needs ResourceSlices: the API server serves resource.k8s.io %s and '
-                             'the kubernetes library knows %s' % (
-                                 served or 'not at all', [v for v in ('v1', 'v1beta2', 'v1beta1')
-                                                          if hasattr(k8s_client, 'Resource%sApi' % v.capitalize())]))
-    return version, getattr(k8s_client, 'Resource%sApi' % version.capitalize())(api).list_resource_slice
+        module.fail_json(msg='resource: dra needs ResourceSlices: the API server serves resource.k8s.io %s, '
+                             'this module reads %s' % (served or 'not at all', ', '.join(DRA_API_VERSIONS)))
+    return version, list_call(api, resource_path('resource.k8s.io/' + version, 'resourceslices'))
 
 
 class Wait:
@@ -364,8 +356,8 @@ def main():
     finally:
         for watcher in watchers:
             watcher.stop()
-    # Nothing is left to collect: skip the final cyclic collection of the kubernetes client's thousands of model
-    # classes, which delays the process exit (and so the task's return) by 1-3 s on a busy controller.
+    # Nothing is left to collect: skip the final cyclic collection of what the kubernetes client loaded, which
+    # delayed the process exit (and so the task's return) by 1-3 s on a busy controller.
     gc.freeze()
     rows = diagnosis(states)
     result.update(nodes=states, diagnosis=rows, satisfied=not rows and bool(states),

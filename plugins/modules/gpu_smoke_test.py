@@ -93,6 +93,7 @@ elapsed:
   type: float
 """
 
+import json
 import re
 import time
 import uuid
@@ -100,13 +101,8 @@ import uuid
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
-
-try:
-    from kubernetes import client as k8s_client
-    from kubernetes import watch as k8s_watch
-except ImportError:
-    k8s_client = k8s_watch = None   # api_client_from_module reports the missing library
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, request, request_json, resource_path, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import WatchError, iter_lines
 
 GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 
@@ -125,18 +121,24 @@ def pod_manifest(name, params, gpus):
             "spec": spec}
 
 
-def wait_finished(core, name, namespace, timeout):
+def wait_finished(api, name, namespace, timeout):
     """The pod's final phase, watched (no polling); the last phase seen on timeout."""
     phase = "Pending"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stream = k8s_watch.Watch().stream(core.list_namespaced_pod, namespace,
-                                          field_selector="metadata.name=%s" % name,
-                                          timeout_seconds=max(1, int(deadline - time.monotonic())))
-        for event in stream:
-            phase = event["object"].status.phase or phase
-            if phase in ("Succeeded", "Failed"):
-                return phase
+        response = request(api, "GET", resource_path("v1", "pods", namespace=namespace), stream=True,
+                           query=dict(watch=True, field_selector="metadata.name=%s" % name,
+                                      timeout_seconds=max(1, int(deadline - time.monotonic()))))
+        try:
+            for line in iter_lines(response):
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    raise WatchError(event.get("object") or {})
+                phase = ((event.get("object") or {}).get("status") or {}).get("phase") or phase
+                if phase in ("Succeeded", "Failed"):
+                    return phase
+        finally:
+            response.release_conn()
     return phase
 
 
@@ -155,12 +157,12 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
     api = api_client_from_module(module)
-    core = k8s_client.CoreV1Api(api)
     started = time.monotonic()
     gpus = params["gpus"]
     if gpus <= 0:
         try:
-            allocatable = core.read_node(params["node"]).status.allocatable or {}
+            node = request_json(api, "GET", resource_path("v1", "nodes", params["node"]))
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
         except Exception as error:
             module.fail_json(msg=api_error_message(error, "read node %s" % params["node"]))
         gpus = int(allocatable.get(params["resource"], "0"))
@@ -170,19 +172,22 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, pod=name, elapsed=0.0)
     try:
-        core.create_namespaced_pod(params["namespace"], pod_manifest(name, params, gpus))
+        request(api, "POST", resource_path("v1", "pods", namespace=params["namespace"]),
+                body=pod_manifest(name, params, gpus))
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "create the smoke-test pod on %s" % params["node"]))
     log, problems = "", []
     try:
-        phase = wait_finished(core, name, params["namespace"], params["timeout"])
+        phase = wait_finished(api, name, params["namespace"], params["timeout"])
         try:
-            log = core.read_namespaced_pod_log(name, params["namespace"]) or ""
+            log = request(api, "GET", resource_path("v1", "pods", name, params["namespace"], "log")).data.decode(
+                "utf-8", "replace")
         except Exception as error:
             problems.append(api_error_message(error, "read the log of pod %s" % name))
     finally:
         try:
-            core.delete_namespaced_pod(name, params["namespace"], grace_period_seconds=0)
+            request(api, "DELETE", resource_path("v1", "pods", name, params["namespace"]),
+                    query=dict(grace_period_seconds=0))
         except Exception as error:
             if status_of(error)[0] != 404:   # gone already is fine; anything else leaves a pod behind: say so
                 module.warn(api_error_message(error, "delete the smoke-test pod %s/%s" % (params["namespace"], name)))

@@ -268,7 +268,6 @@ elapsed:
   sample: 12.804
 """
 
-import functools
 import queue
 import threading
 import time
@@ -278,19 +277,16 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _drain
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
+    resource_path, set_connection_pool_size, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import RecordWriteError, write_record
 
-try:
-    from kubernetes import client as k8s_client
-    from kubernetes.client import rest as k8s_rest
-except ImportError:
-    k8s_client = k8s_rest = None   # api_client_from_module reports the missing library
-
 MAX_PARALLEL_EVICTIONS = 32
 PDB_RETRY_CAP_S = 5.0
+PODS = resource_path("v1", "pods")
+PDBS = resource_path("policy/v1", "poddisruptionbudgets")
 
 
 class BudgetGate:
@@ -355,7 +351,6 @@ class Drain:
     def __init__(self, module, api, node_name, pods, pdbs, deadline):
         self.params = module.params
         self.api = api
-        self.core = k8s_client.CoreV1Api(api)
         self.node_name = node_name
         self.pods = {_drain.pod_key(pod): pod for pod in pods}
         self.pending = {key: pod["metadata"]["uid"] for key, pod in self.pods.items()}
@@ -373,17 +368,18 @@ class Drain:
 
     # --- evictions (worker threads) ----------------------------------------------------------------------------
     def _delete_options(self, uid):
-        return k8s_client.V1DeleteOptions(grace_period_seconds=self.params["grace_period"],
-                                          preconditions=k8s_client.V1Preconditions(uid=uid))
+        options = {"preconditions": {"uid": uid}}
+        if self.params["grace_period"] is not None:
+            options["gracePeriodSeconds"] = self.params["grace_period"]
+        return options
 
     def _evict_once(self, pod):
         name, namespace, uid = pod["metadata"]["name"], pod["metadata"]["namespace"], pod["metadata"]["uid"]
         if self.params["disable_eviction"]:
-            self.core.delete_namespaced_pod(name, namespace, body=self._delete_options(uid))
+            request(self.api, "DELETE", resource_path("v1", "pods", name, namespace), body=self._delete_options(uid))
         else:
-            body = k8s_client.V1Eviction(metadata=k8s_client.V1ObjectMeta(name=name, namespace=namespace),
-                                         delete_options=self._delete_options(uid))
-            self.core.create_namespaced_pod_eviction(name, namespace, body)
+            body = {"metadata": {"name": name, "namespace": namespace}, "deleteOptions": self._delete_options(uid)}
+            request(self.api, "POST", resource_path("v1", "pods", name, namespace, "eviction"), body=body)
 
     def evict(self, key):
         pod = self.pods[key]
@@ -400,7 +396,7 @@ class Drain:
                 self._evict_once(pod)
                 self.events.put(("eviction", "EVICTED", key))
                 return
-            except Exception as error:       # ApiException, connection errors
+            except Exception as error:       # ApiError, connection errors
                 code, reason, message = status_of(error)
                 # 409: the UID precondition failed, the pod of that UID is gone
                 outcome = "gone" if code == 409 else _drain.eviction_outcome(code, reason)
@@ -443,10 +439,8 @@ class Drain:
         """Evict every pod and wait until they are gone or the deadline passes; returns the keys still pending."""
         until = time.time() + self.remaining()
         watchers = [
-            ListWatch("pods", functools.partial(self.core.list_pod_for_all_namespaces,
-                                                field_selector="spec.nodeName=" + self.node_name), self.events),
-            ListWatch("pdbs", k8s_client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
-                      self.events)]
+            ListWatch("pods", list_call(self.api, PODS, field_selector="spec.nodeName=" + self.node_name), self.events),
+            ListWatch("pdbs", list_call(self.api, PDBS), self.events)]
         for watcher in watchers:
             watcher.start(until)
         executor = ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_EVICTIONS, len(self.pods))))
@@ -470,25 +464,25 @@ class Drain:
         return sorted(self.pending)
 
 
-def read_node(module, core, name):
+def read_node(module, nodes, name):
     try:
-        return core.api_client.sanitize_for_serialization(core.read_node(name))
+        return nodes.read_node(name)
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "read node %s" % name))
 
 
-def patch_node(module, core, name, patch, result):
+def patch_node(module, nodes, name, patch, result):
     try:
-        return core.api_client.sanitize_for_serialization(core.patch_node(name, patch))
+        return nodes.patch_node(name, patch)
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "patch node %s" % name), **result)
 
 
-def missing_daemonsets(module, apps, pods):
+def missing_daemonsets(module, api, pods):
     missing = set()
     for namespace, name in sorted(_drain.daemonsets_to_check(pods)):
         try:
-            apps.read_namespaced_daemon_set(name, namespace)
+            request_json(api, "GET", resource_path("apps/v1", "daemonsets", name, namespace))
         except Exception as error:
             if status_of(error)[0] != 404:
                 module.fail_json(msg=api_error_message(error, "read DaemonSet %s/%s" % (namespace, name)))
@@ -496,31 +490,31 @@ def missing_daemonsets(module, apps, pods):
     return missing
 
 
-def list_node_pods(module, core, name):
+def list_node_pods(module, api, name):
     try:
-        return list_json(core.list_pod_for_all_namespaces, field_selector="spec.nodeName=" + name,
+        return list_json(list_call(api, PODS), field_selector="spec.nodeName=" + name,
                          label_selector=module.params["pod_selector"] or None)[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list the pods of node %s" % name))
 
 
-def list_pdbs(module, policy):
+def list_pdbs(module, api):
     try:
-        return list_json(policy.list_pod_disruption_budget_for_all_namespaces)[0]
+        return list_json(list_call(api, PDBS))[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list PodDisruptionBudgets"))
 
 
-def cordon(module, core, node, reason, result):
+def cordon(module, nodes, node, reason, result):
     patch = _drain.cordon_patch(node, format_time(time.time()), reason)
     if patch is None:
         return node, False
     if module.check_mode or module.params["dry_run"]:
         return node, True
-    return patch_node(module, core, node["metadata"]["name"], patch, result), True
+    return patch_node(module, nodes, node["metadata"]["name"], patch, result), True
 
 
-def run_uncordon(module, core, node, result):
+def run_uncordon(module, nodes, node, result):
     plan = _drain.uncordon_plan(node, force=module.params["force"])
     if plan["warning"]:
         module.warn(plan["warning"])
@@ -529,32 +523,30 @@ def run_uncordon(module, core, node, result):
     if plan["patch"] is not None:
         result["changed"] = True
         if not (module.check_mode or module.params["dry_run"]):
-            patch_node(module, core, node["metadata"]["name"], plan["patch"], result)
+            patch_node(module, nodes, node["metadata"]["name"], plan["patch"], result)
 
 
-def run_drain(module, api, core, node, reason, started, result):
+def run_drain(module, api, nodes, node, reason, started, result):
     name = module.params["name"]
     dry_run = module.check_mode or module.params["dry_run"]
-    policy = k8s_client.PolicyV1Api(api)
-    apps = k8s_client.AppsV1Api(api)
     record_before = _drain.cordon_record(node)
-    node, result["changed"] = cordon(module, core, node, reason, result)
+    node, result["changed"] = cordon(module, nodes, node, reason, result)
     result["unschedulable"] = True
-    pods = list_node_pods(module, core, name)
+    pods = list_node_pods(module, api, name)
     plan = _drain.classify_pods(pods, ignore_daemonsets=module.params["ignore_daemonsets"],
                                 delete_emptydir_data=module.params["delete_emptydir_data"],
-                                force=module.params["force"], missing_daemonsets=missing_daemonsets(module, apps, pods))
+                                force=module.params["force"], missing_daemonsets=missing_daemonsets(module, api, pods))
     result.update(ignored=plan["ignored"], refused=plan["refused"], evicted=[], blocked=[],
                   pods_to_evict=sorted(_drain.pod_key(pod) for pod in plan["evict"]))
     if plan["refused"]:
         undo = _drain.undo_cordon_patch(node, record_before)
         if undo is not None and not dry_run:
-            patch_node(module, core, name, undo, result)
+            patch_node(module, nodes, name, undo, result)
         result["unschedulable"] = _drain.is_unschedulable(node) if undo is None else \
             bool(undo.get("spec") is None and _drain.is_unschedulable(node))
         result["changed"] = False
         module.fail_json(msg=_drain.refusal_message(name, plan["refused"]), **result)
-    pdbs = list_pdbs(module, policy)
+    pdbs = list_pdbs(module, api)
     if dry_run:
         report = _drain.budget_report(plan["evict"], pdbs)
         result.update(blocked=report["blocked"], pdbs=report["pdbs"])
@@ -564,8 +556,7 @@ def run_drain(module, api, core, node, reason, started, result):
         return
     result["changed"] = True
     # one connection per parallel eviction plus the two watches (the client's default pool is 5 x CPUs)
-    api.configuration.connection_pool_maxsize = min(MAX_PARALLEL_EVICTIONS, len(plan["evict"])) + 2
-    api.rest_client = k8s_rest.RESTClientObject(api.configuration)
+    set_connection_pool_size(api, min(MAX_PARALLEL_EVICTIONS, len(plan["evict"])) + 2)
     drain = Drain(module, api, name, plan["evict"], pdbs, started + module.params["timeout"])
     pending = drain.run()
     result["evicted"] = sorted(set(result["pods_to_evict"]) - set(pending))
@@ -579,12 +570,12 @@ def run_drain(module, api, core, node, reason, started, result):
         message = "drain of %s failed, node left cordoned: %s" % (name, "; ".join(errors[key] for key in sorted(errors)))
     else:
         message = _drain.timeout_reason(name, module.params["timeout"], result["blocked"])
-    patch_node(module, core, name, _drain.reason_patch(message), result)
+    patch_node(module, nodes, name, _drain.reason_patch(message), result)
     result["elapsed"] = round(time.monotonic() - started, 3)
     module.fail_json(msg=message, **result)
 
 
-def move_record(module, core, which, result):
+def move_record(module, nodes, which, result):
     """With upgrade_record: the roll-out record moved to its ``which`` (state or state_after) state, if one is given."""
     wanted = module.params["upgrade_record"]
     if not wanted or not wanted[which] or module.check_mode or module.params["dry_run"]:
@@ -592,7 +583,7 @@ def move_record(module, core, which, result):
     fields = {"state": wanted[which], "from": wanted["from_version"], "to": wanted["to_version"],
               "run_id": wanted["run_id"]}
     try:
-        written = write_record(core, module.params["name"], fields,
+        written = write_record(nodes, module.params["name"], fields,
                                is_conflict=lambda error: status_of(error)[0] == 409)
     except RecordWriteError as failure:
         module.fail_json(msg=api_error_message(failure.error, failure.action), **result)
@@ -630,23 +621,23 @@ def main():
         module.fail_json(msg="grace_period must be 0 or more seconds, got %d" % params["grace_period"])
     started = time.monotonic()
     api = api_client_from_module(module)
-    core = k8s_client.CoreV1Api(api)
+    nodes = NodeApi(api)
     result = dict(changed=False, node=params["name"], dry_run=bool(params["dry_run"] or module.check_mode))
-    move_record(module, core, "state", result)
-    node = read_node(module, core, params["name"])
+    move_record(module, nodes, "state", result)
+    node = read_node(module, nodes, params["name"])
     if params["upgrade_record"]:
         result["boot_id"] = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
     # without a reason given, a cordon of ours keeps the reason it has (re-running a drain changes nothing)
     reason = params["reason"] or (None if _drain.cordon_record(node) else "%s by %s" % (
         "drained" if params["state"] == "drain" else "cordoned", _drain.CORDONED_BY))
     if params["state"] == "uncordon":
-        run_uncordon(module, core, node, result)
+        run_uncordon(module, nodes, node, result)
     elif params["state"] == "cordon":
-        node, result["changed"] = cordon(module, core, node, reason, result)
+        node, result["changed"] = cordon(module, nodes, node, reason, result)
         result["unschedulable"] = True
     else:
-        run_drain(module, api, core, node, reason, started, result)
-    move_record(module, core, "state_after", result)
+        run_drain(module, api, nodes, node, reason, started, result)
+    move_record(module, nodes, "state_after", result)
     result["elapsed"] = round(time.monotonic() - started, 3)
     module.exit_json(**result)
 

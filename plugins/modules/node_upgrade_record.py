@@ -113,14 +113,9 @@ ready:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import node_is_cordoned, node_is_ready
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import RecordWriteError, write_record
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
 
 
 def main():
@@ -145,13 +140,12 @@ def main():
                                         ("state", "failed", ["to_version"]),
                                         ("state", "rolled-back", ["to_version"])])
     params = module.params
-    api = api_client_from_module(module)
-    core = k8s_client.CoreV1Api(api)
+    nodes = NodeApi(api_client_from_module(module))
     fields = {"state": params["state"], "from": params["from_version"], "to": params["to_version"],
               "run_id": params["run_id"], "boot_id_before": params["boot_id_before"],
               "cordoned_by_us": params["cordoned_by_us"], "reason": params["reason"]}
     try:
-        written = write_record(core, params["name"], fields, params["exclude_from_remediation"], module.check_mode,
+        written = write_record(nodes, params["name"], fields, params["exclude_from_remediation"], module.check_mode,
                                is_conflict=lambda error: status_of(error)[0] == 409)
     except RecordWriteError as failure:
         module.fail_json(msg=api_error_message(failure.error, failure.action))

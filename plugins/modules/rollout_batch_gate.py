@@ -105,28 +105,21 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, list_call, request_json, resource_path, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import (
     batch_gate, maintenance_window_errors)
 
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
-
 
 def read_state(module, api):
-    core = k8s_client.CoreV1Api(api)
-    coordination = k8s_client.CoordinationV1Api(api)
     try:
-        nodes = list_json(core.list_node)[0]
+        nodes = list_json(list_call(api, resource_path("v1", "nodes")))[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list nodes"))
     lease = None
     try:
-        lease = api.sanitize_for_serialization(coordination.read_namespaced_lease(
-            module.params["lock_name"], module.params["lock_namespace"]))
+        lease = request_json(api, "GET", resource_path("coordination.k8s.io/v1", "leases", module.params["lock_name"],
+                                                       module.params["lock_namespace"]))
     except Exception as error:
         if status_of(error)[0] != 404:
             module.fail_json(msg=api_error_message(error, "read the lock Lease"))

@@ -147,7 +147,6 @@ msg:
 """
 
 import getpass
-import json
 import os
 import socket
 import time
@@ -157,16 +156,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
+    request_json,
+    resource_path,
     status_of,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._lease_lock import decide, default_holder, result_of
 
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None  # api_client_from_module reports the missing library
-
 CONFLICT_RETRIES = 5
+LEASES_API = 'coordination.k8s.io/v1'
 ANSIBLE_COMMANDS = ('ansible-playbook', 'ansible', 'ansible-runner')
 
 
@@ -194,24 +191,21 @@ def run_id():
     return found or 'run-%d' % os.getppid()
 
 
-def read_lease(module, coordination, name, namespace):
+def read_lease(module, api, name, namespace):
     try:
-        response = coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+        return request_json(api, 'GET', resource_path(LEASES_API, 'leases', name, namespace))
     except Exception as error:  # pylint: disable=broad-except
         if status_of(error)[0] == 404:
             return None
         module.fail_json(msg=api_error_message(error, 'read lease %s/%s' % (namespace, name)))
-    return json.loads(response.data)
 
 
-def write_lease(coordination, decision, namespace):
+def write_lease(api, decision, namespace):
     body = decision.body
     if decision.action == 'create':
-        response = coordination.create_namespaced_lease(namespace, body, _preload_content=False)
-    else:
-        response = coordination.replace_namespaced_lease(body['metadata']['name'], namespace, body,
-                                                         _preload_content=False)
-    return json.loads(response.data)
+        return request_json(api, 'POST', resource_path(LEASES_API, 'leases', namespace=namespace), body=body)
+    return request_json(api, 'PUT', resource_path(LEASES_API, 'leases', body['metadata']['name'], namespace),
+                        body=body)
 
 
 def main():
@@ -233,11 +227,9 @@ def main():
     if not params['holder']:
         params['holder'] = default_holder(getpass.getuser(), socket.gethostname(), run_id())
     request = dict((key, params[key]) for key in ('state', 'name', 'namespace', 'holder', 'ttl', 'steal_expired'))
-    coordination = k8s_client.CoordinationV1Api(api_client_from_module(module)) if k8s_client else None
-    if coordination is None:
-        api_client_from_module(module)
+    api = api_client_from_module(module)
     for dummy in range(CONFLICT_RETRIES):
-        lease = read_lease(module, coordination, params['name'], params['namespace'])
+        lease = read_lease(module, api, params['name'], params['namespace'])
         now = time.time()
         decision = decide(lease, request, now)
         if decision.action == 'fail':
@@ -246,7 +238,7 @@ def main():
             after = decision.body if decision.body is not None else lease
             module.exit_json(changed=decision.changed, msg=decision.message, **result_of(after, now))
         try:
-            written = write_lease(coordination, decision, params['namespace'])
+            written = write_lease(api, decision, params['namespace'])
         except Exception as error:  # pylint: disable=broad-except
             if status_of(error)[0] == 409:
                 continue  # someone wrote the Lease since we read it: decide again on what is there now

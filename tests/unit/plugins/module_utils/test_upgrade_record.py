@@ -127,13 +127,9 @@ class NodeStore:
         self.node["metadata"]["resourceVersion"] = "1"
         self.interleave = interleave
         self.patches = 0
-        self.api_client = self
-
-    def sanitize_for_serialization(self, value):
-        return json.loads(json.dumps(value))
 
     def read_node(self, name):
-        return self.node
+        return json.loads(json.dumps(self.node))
 
     def patch_node(self, name, body):
         if self.interleave:
@@ -143,7 +139,7 @@ class NodeStore:
             raise Conflict()
         apply(self.node, body["metadata"]["annotations"])
         self.patches += 1
-        return self.node
+        return json.loads(json.dumps(self.node))
 
 
 def is_conflict(error):
