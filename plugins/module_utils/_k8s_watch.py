@@ -5,9 +5,10 @@
 """List + watch of one collection, as an informer does it: list, then one watch from the list's resourceVersion,
 resumed from the last resourceVersion seen when the server closes it (not an error), relisted on 410 Expired.
 
-``ListWatch(list_call, events)``: ``list_call(**query)`` is a typed list method of the kubernetes client bound to
-its selectors, e.g. ``functools.partial(CoreV1Api(api).list_node, field_selector='metadata.name=gpu-1')``; it is
-called with ``_preload_content=False`` so objects stay plain JSON dicts. ``start(deadline)`` runs the reader in a
+``ListWatch(list_call, events)``: ``list_call(**query)`` lists one collection with its selectors bound and gives
+the urllib3 response (streamed for ``watch=True``), e.g. ``_k8s_client.list_call(api, '/api/v1/nodes',
+field_selector='metadata.name=gpu-1')``; a typed list method of the kubernetes client works too (it is called with
+``_preload_content=False``), so objects stay plain JSON dicts. ``start(deadline)`` runs the reader in a
 daemon thread that puts ``(key, 'SYNC', [objects])`` after every (re)list and ``(key, 'ADDED'|'MODIFIED'|'DELETED',
 object)`` for each change on ``events`` (a ``queue.Queue``), and ``(key, 'FAILED', message)`` when it gives up.
 ``watches_opened`` and ``lists`` count the requests made; ``stop()`` ends the watch.
