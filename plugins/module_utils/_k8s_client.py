@@ -296,6 +296,13 @@ def list_call(api, path, **selectors):
     return call
 
 
+def served_versions(api, group):
+    """The versions of API group ``group`` the server serves (one discovery request, ``GET /apis``)."""
+    groups = request_json(api, 'GET', '/apis').get('groups') or []
+    return [version.get('version') for one in groups if one.get('name') == group
+            for version in one.get('versions') or []]
+
+
 class NodeApi:
     """``read_node`` and ``patch_node`` as the typed CoreV1Api has them, on JSON: the patch type is the one the
     typed ``patch_node`` sends (``typed_patch_content_type``)."""

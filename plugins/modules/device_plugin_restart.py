@@ -137,7 +137,6 @@ elapsed:
   sample: 3.2
 """
 
-import functools
 import queue
 import threading
 import time
@@ -146,23 +145,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
+    resource_path, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
 
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
 
-
-def find_daemonset(module, apps):
+def find_daemonset(module, api):
     name = module.params["daemonset"]
     namespaces = [module.params["namespace"]] if module.params["namespace"] else list(_device_plugin.KNOWN_NAMESPACES)
     found = {}
     for namespace in namespaces:
         try:
-            found[namespace] = apps.api_client.sanitize_for_serialization(
-                apps.read_namespaced_daemon_set(name, namespace))
+            found[namespace] = request_json(api, "GET", resource_path("apps/v1", "daemonsets", name, namespace))
         except Exception as error:
             if status_of(error)[0] != 404:
                 module.fail_json(msg=api_error_message(error, "read DaemonSet %s/%s" % (namespace, name)))
@@ -180,8 +174,8 @@ def find_daemonset(module, apps):
 class NodeRestart:
     """Delete one node's plugin pod, then watch for its Ready replacement and the node's allocatable."""
 
-    def __init__(self, core, daemonset, node, pod, deadline, wait_allocatable):
-        self.core = core
+    def __init__(self, api, daemonset, node, pod, deadline, wait_allocatable):
+        self.api = api
         self.daemonset = daemonset
         self.namespace = daemonset["metadata"]["namespace"]
         self.selector = _device_plugin.pod_selector(daemonset)
@@ -234,22 +228,22 @@ class NodeRestart:
         return _device_plugin.allocatable_restored(self.resources)
 
     def _wait_for_pod(self):
-        return self._wait("pods", functools.partial(self.core.list_namespaced_pod, self.namespace,
-                                                    label_selector=self.selector,
-                                                    field_selector="spec.nodeName=" + self.node_name),
+        return self._wait("pods", list_call(self.api, resource_path("v1", "pods", namespace=self.namespace),
+                                            label_selector=self.selector,
+                                            field_selector="spec.nodeName=" + self.node_name),
                           self._replacement_ready)
 
     def _wait_for_allocatable(self):
-        return self._wait("node", functools.partial(self.core.list_node,
-                                                    field_selector="metadata.name=" + self.node_name),
+        return self._wait("node", list_call(self.api, resource_path("v1", "nodes"),
+                                            field_selector="metadata.name=" + self.node_name),
                           self._allocatable_back)
 
     def run(self):
         try:
-            options = k8s_client.V1DeleteOptions(preconditions=k8s_client.V1Preconditions(
-                uid=self.pod["metadata"]["uid"]))
+            options = {"preconditions": {"uid": self.pod["metadata"]["uid"]}}
             try:
-                self.core.delete_namespaced_pod(self.pod["metadata"]["name"], self.namespace, body=options)
+                request(self.api, "DELETE", resource_path("v1", "pods", self.pod["metadata"]["name"], self.namespace),
+                        body=options)
             except Exception as error:
                 if status_of(error)[0] not in (404, 409):     # already gone (or replaced): wait for the new one
                     raise
@@ -260,8 +254,7 @@ class NodeRestart:
                 self.error = ("node %s: GPU allocatable %s still differs from capacity %s"
                               % (self.node_name, self.resources["allocatable"], self.resources["capacity"]))
             elif not self.wait_allocatable:
-                self.resources = _device_plugin.gpu_resources(
-                    self.core.api_client.sanitize_for_serialization(self.core.read_node(self.node_name)))
+                self.resources = _device_plugin.gpu_resources(NodeApi(self.api).read_node(self.node_name))
         except Exception as error:
             self.error = api_error_message(error, "restart the device plugin on %s" % self.node_name)
 
@@ -286,21 +279,20 @@ def main():
         module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
     started = time.monotonic()
     api = api_client_from_module(module)
-    core = k8s_client.CoreV1Api(api)
-    daemonset = find_daemonset(module, k8s_client.AppsV1Api(api))
+    daemonset = find_daemonset(module, api)
     namespace = daemonset["metadata"]["namespace"]
     result = dict(changed=False, daemonset="%s/%s" % (namespace, daemonset["metadata"]["name"]), nodes=[])
     try:
-        pods = list_json(core.list_namespaced_pod, namespace=namespace,
+        pods = list_json(list_call(api, resource_path("v1", "pods", namespace=namespace)),
                          label_selector=_device_plugin.pod_selector(daemonset))[0]
-        node_objects = [core.api_client.sanitize_for_serialization(core.read_node(name)) for name in nodes]
+        node_objects = [NodeApi(api).read_node(name) for name in nodes]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "read the nodes and the plugin pods"), **result)
     plugin_pods = {name: _device_plugin.plugin_pod(pods, daemonset, name) for name in nodes}
     without = [name for name, pod in plugin_pods.items() if pod is None]
     if without:
         module.fail_json(msg=_device_plugin.missing_pods_message(daemonset, without), **result)
-    restarts = [NodeRestart(core, daemonset, node, plugin_pods[node["metadata"]["name"]],
+    restarts = [NodeRestart(api, daemonset, node, plugin_pods[node["metadata"]["name"]],
                             started + module.params["timeout"], module.params["wait_allocatable"])
                 for node in node_objects]
     befores = {restart.node_name: restart.resources for restart in restarts}

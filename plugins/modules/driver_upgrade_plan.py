@@ -204,48 +204,41 @@ plan:
 """
 
 import datetime
-from functools import partial
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, list_call, request_json, resource_path, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as planner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
-
 
 def read_cluster(module, api):
     """Nodes, kured's DaemonSet (or none) and the pods to wait for, as plain JSON-like dicts."""
-    core = k8s_client.CoreV1Api(api)
-    apps = k8s_client.AppsV1Api(api)
+    pods_call = list_call(api, resource_path("v1", "pods"))
     params = module.params
     try:
-        nodes = list_json(core.list_node)[0]
+        nodes = list_json(list_call(api, resource_path("v1", "nodes")))[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list nodes"))
     kured = []
     location = params["kured_daemonset"] or {}
     try:
-        kured = [api.sanitize_for_serialization(apps.read_namespaced_daemon_set(
-            location.get("name", "kured"), location.get("namespace", "kube-system")))]
+        kured = [request_json(api, "GET", resource_path("apps/v1", "daemonsets", location.get("name", "kured"),
+                                                        location.get("namespace", "kube-system")))]
     except Exception as error:
         if status_of(error)[0] != 404:
             module.fail_json(msg=api_error_message(error, "read the kured DaemonSet"))
     try:
-        pods = list_json(core.list_pod_for_all_namespaces)[0]
-        pdbs = list_json(k8s_client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces)[0]
+        pods = list_json(pods_call)[0]
+        pdbs = list_json(list_call(api, resource_path("policy/v1", "poddisruptionbudgets")))[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list pods and PodDisruptionBudgets"))
     waiting = []
     if params["wait_for_pods_selector"]:
         try:
-            selected = list_json(core.list_pod_for_all_namespaces, label_selector=params["wait_for_pods_selector"])[0]
+            selected = list_json(pods_call, label_selector=params["wait_for_pods_selector"])[0]
         except Exception as error:
             module.fail_json(msg=api_error_message(error, "list pods matching %s" % params["wait_for_pods_selector"]))
         targets = set(params["nodes"])
@@ -258,12 +251,11 @@ def read_cluster(module, api):
 
 def read_operator_resources(module, api):
     """The GPU Operator's ClusterPolicies and NVIDIADrivers ([] where the CRD is not served)."""
-    custom = k8s_client.CustomObjectsApi(api)
     found = []
     for resource in (operator.CLUSTER_POLICY, operator.NVIDIA_DRIVER):
         try:
-            items = list_json(partial(custom.list_cluster_custom_object, resource["group"], resource["version"],
-                                      resource["plural"]))[0]
+            items = list_json(list_call(api, resource_path("%s/%s" % (resource["group"], resource["version"]),
+                                                           resource["plural"])))[0]
         except Exception as error:
             if status_of(error)[0] == 404:
                 items = []

@@ -211,8 +211,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     api_client_from_module,
     api_error_message,
     list_call,
-    request_json,
     resource_path,
+    served_versions,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import (
@@ -238,11 +238,9 @@ def node_list_call(api, names):
 def resource_slice_list_call(module, api):
     """The list call of ResourceSlices in the newest resource.k8s.io version the server serves (and we read)."""
     try:
-        groups = request_json(api, 'GET', '/apis').get('groups') or []
+        served = served_versions(api, 'resource.k8s.io')
     except Exception as error:  # pylint: disable=broad-except
         module.fail_json(msg=api_error_message(error, 'discover API groups'))
-    served = [version.get('version') for group in groups if group.get('name') == 'resource.k8s.io'
-              for version in group.get('versions') or []]
     version = dra_api_version(served)
     if version is None:
         module.fail_json(msg='resource: dra needs ResourceSlices: the API server serves resource.k8s.io %s, '

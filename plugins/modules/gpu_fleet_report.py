@@ -203,6 +203,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
+    list_call,
+    resource_path,
+    served_versions,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import dra_api_version
@@ -223,21 +226,16 @@ VRAM_QUERY = "topk(10, DCGM_FI_DEV_FB_USED)"
 def read_cluster(module, api):
     """Nodes, pods, DaemonSets and, where the API server serves resource.k8s.io, ResourceSlices: one discovery
     request and at most four list calls, whatever the number of nodes."""
-    core, apps = kubernetes.client.CoreV1Api(api), kubernetes.client.AppsV1Api(api)
-    calls = [("nodes", core.list_node), ("pods", core.list_pod_for_all_namespaces),
-             ("daemonsets", apps.list_daemon_set_for_all_namespaces)]
+    calls = [("nodes", list_call(api, resource_path("v1", "nodes"))),
+             ("pods", list_call(api, resource_path("v1", "pods"))),
+             ("daemonsets", list_call(api, resource_path("apps/v1", "daemonsets")))]
     try:
-        response = kubernetes.client.ApisApi(api).get_api_versions(_preload_content=False)
-        groups = json.loads(response.data).get("groups") or []
-    except Exception as error:  # ApiException, urllib3 connection and TLS errors
+        served = served_versions(api, "resource.k8s.io")
+    except Exception as error:  # ApiError, urllib3 connection and TLS errors
         module.fail_json(msg=api_error_message(error, "discover API groups"))
-    served = [version.get("version") for group in groups if group.get("name") == "resource.k8s.io"
-              for version in group.get("versions") or []]
-    version = dra_api_version([one for one in served
-                               if hasattr(kubernetes.client, "Resource%sApi" % one.capitalize())])
+    version = dra_api_version(served)
     if version is not None:
-        calls.append(("resourceslices",
-                      getattr(kubernetes.client, "Resource%sApi" % version.capitalize())(api).list_resource_slice))
+        calls.append(("resourceslices", list_call(api, resource_path("resource.k8s.io/" + version, "resourceslices"))))
     found, lists = {"resourceslices": []}, {}
     for key, call in calls:
         started = time.time()

@@ -118,13 +118,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, MERGE_PATCH, api_client_from_module, api_error_message, request_json, resource_path, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import DRIVER_VERSION_PATTERN
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
 
 CONFLICT_RETRIES = 3
 
@@ -144,12 +139,11 @@ def main():
         module.fail_json(msg="version %r is not a driver version such as 595.91.07" % params["version"])
     resource = operator.CLUSTER_POLICY if params["kind"] == "ClusterPolicy" else operator.NVIDIA_DRIVER
     api = api_client_from_module(module)
-    custom = k8s_client.CustomObjectsApi(api)
+    path = resource_path("%s/%s" % (resource["group"], resource["version"]), resource["plural"], params["name"])
     where = "%s %s" % (params["kind"], params["name"])
     for attempt in range(CONFLICT_RETRIES):
         try:
-            current = custom.get_cluster_custom_object(resource["group"], resource["version"], resource["plural"],
-                                                       params["name"])
+            current = request_json(api, "GET", path)
         except Exception as error:
             module.fail_json(msg=api_error_message(error, "read %s" % where))
         current = dict(current, kind=current.get("kind") or params["kind"])
@@ -163,8 +157,8 @@ def main():
         body["metadata"] = dict(patch.get("metadata") or {},
                                 resourceVersion=(current.get("metadata") or {}).get("resourceVersion"))
         try:
-            custom.patch_cluster_custom_object(resource["group"], resource["version"], resource["plural"],
-                                               params["name"], body)
+            # the typed patch_cluster_custom_object sends a JSON merge patch (CRs know no strategic merge)
+            request_json(api, "PATCH", path, body=body, content_type=MERGE_PATCH)
             break
         except Exception as error:
             if status_of(error)[0] != 409 or attempt == CONFLICT_RETRIES - 1:

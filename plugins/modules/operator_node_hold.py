@@ -96,12 +96,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, status_of)
 
 CONFLICT_RETRIES = 3
 
@@ -127,13 +122,12 @@ def main():
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    api = api_client_from_module(module)
-    core = k8s_client.CoreV1Api(api)
+    nodes = NodeApi(api_client_from_module(module))
     changed_nodes, not_held, diffs = [], [], []
     for name in params["nodes"]:
         for attempt in range(CONFLICT_RETRIES):
             try:
-                node = api.sanitize_for_serialization(core.read_node(name))
+                node = nodes.read_node(name)
             except Exception as error:
                 module.fail_json(msg=api_error_message(error, "read node %s" % name))
             patch, ours = node_patch(node, params)
@@ -146,7 +140,7 @@ def main():
                 break
             body = {"metadata": dict(patch["metadata"], resourceVersion=node["metadata"].get("resourceVersion"))}
             try:
-                core.patch_node(name, body)
+                nodes.patch_node(name, body)
                 changed_nodes.append(name)
                 break
             except Exception as error:

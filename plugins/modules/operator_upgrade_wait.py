@@ -134,14 +134,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, status_of)
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
+    resource_path, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
 from ansible_collections.gpuops.nvidia.plugins.module_utils._label_selector import to_query
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
 
 
 class Cluster:
@@ -150,21 +146,20 @@ class Cluster:
     def __init__(self, module, api):
         self.module = module
         self.api = api
-        self.core = k8s_client.CoreV1Api(api)
-        self.apps = k8s_client.AppsV1Api(api)
+        self.nodes = NodeApi(api)
 
     def fail(self, error, action, **extra):
         self.module.fail_json(msg=api_error_message(error, action), **extra)
 
     def node(self, name):
         try:
-            return self.api.sanitize_for_serialization(self.core.read_node(name))
+            return self.nodes.read_node(name)
         except Exception as error:
             self.fail(error, "read node %s" % name)
 
     def pods(self, node, selector):
         try:
-            return list_json(self.core.list_pod_for_all_namespaces, label_selector=selector,
+            return list_json(list_call(self.api, resource_path("v1", "pods")), label_selector=selector,
                              field_selector="spec.nodeName=%s" % node)[0]
         except Exception as error:
             self.fail(error, "list pods %s on %s" % (selector, node))
@@ -172,14 +167,15 @@ class Cluster:
     def daemonset_and_revisions(self, namespace, name):
         """([the DaemonSet], its ControllerRevisions) or ([], []) when it is gone."""
         try:
-            daemonset = self.api.sanitize_for_serialization(self.apps.read_namespaced_daemon_set(name, namespace))
+            daemonset = request_json(self.api, "GET", resource_path("apps/v1", "daemonsets", name, namespace))
         except Exception as error:
             if status_of(error)[0] == 404:
                 return [], []
             self.fail(error, "read DaemonSet %s/%s" % (namespace, name))
         selector = to_query((daemonset.get("spec") or {}).get("selector") or {})
         try:
-            revisions = list_json(self.apps.list_namespaced_controller_revision, namespace=namespace,
+            revisions = list_json(list_call(self.api, resource_path("apps/v1", "controllerrevisions",
+                                                                    namespace=namespace)),
                                   label_selector=selector)[0]
         except Exception as error:
             self.fail(error, "list the ControllerRevisions of DaemonSet %s/%s" % (namespace, name))
@@ -187,14 +183,14 @@ class Cluster:
 
     def delete_pod(self, namespace, name):
         try:
-            self.core.delete_namespaced_pod(name, namespace)
+            request(self.api, "DELETE", resource_path("v1", "pods", name, namespace))
         except Exception as error:
             if status_of(error)[0] != 404:
                 self.fail(error, "delete driver pod %s/%s" % (namespace, name))
 
     def set_state(self, node_name, patch):
         try:
-            self.core.patch_node(node_name, patch)
+            self.nodes.patch_node(node_name, patch)
         except Exception as error:
             self.fail(error, "relabel node %s" % node_name)
 

@@ -65,18 +65,12 @@ waited:
 
 import queue
 import time
-from functools import partial
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message)
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, list_call, resource_path)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None   # api_client_from_module reports the missing library
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -99,11 +93,11 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
     api = api_client_from_module(module)
-    list_call = partial(k8s_client.CoreV1Api(api).list_pod_for_all_namespaces,
-                        label_selector=params["selector"], field_selector="spec.nodeName=%s" % params["node"])
+    pods_call = list_call(api, resource_path("v1", "pods"), label_selector=params["selector"],
+                          field_selector="spec.nodeName=%s" % params["node"])
     started = time.monotonic()
     events = queue.Queue()
-    watch = ListWatch("pods", list_call, events)
+    watch = ListWatch("pods", pods_call, events)
     running, known = None, {}
     try:
         if module.check_mode:

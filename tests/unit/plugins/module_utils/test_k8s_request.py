@@ -16,7 +16,8 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     JSON_PATCH, K8S_AUTH_ARG_SPEC, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, api_error_message, build_api_client,
-    list_call, request, request_json, resource_path, set_connection_pool_size, status_of, typed_patch_content_type)
+    list_call, request, request_json, resource_path, served_versions, set_connection_pool_size, status_of,
+    typed_patch_content_type)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, iter_lines, list_json
 
 pytest.importorskip("kubernetes")
@@ -55,6 +56,12 @@ class Recorder(BaseHTTPRequestHandler):
             events = [{"type": "ADDED", "object": {"metadata": {"name": "gpu-1", "resourceVersion": "11"}}},
                       {"type": "MODIFIED", "object": {"metadata": {"name": "gpu-1", "resourceVersion": "12"}}}]
             self._send(200, b"".join(json.dumps(event).encode() + b"\n" for event in events))
+        elif url.path == "/apis":
+            self._send(200, json.dumps({"kind": "APIGroupList", "groups": [
+                {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]},
+                {"name": "resource.k8s.io", "versions": [{"groupVersion": "resource.k8s.io/v1", "version": "v1"},
+                                                         {"groupVersion": "resource.k8s.io/v1beta2",
+                                                          "version": "v1beta2"}]}]}).encode())
         elif url.path.endswith("/log"):
             self._send(200, b"GPU 0: NVIDIA H100 (UUID: GPU-1)\n", "text/plain")
         else:
@@ -157,6 +164,10 @@ def test_typed_patch_content_type_is_what_the_typed_patch_node_sends(server):
         core.patch_node("gpu-1", patch, _preload_content=False)
         assert server.seen[-1]["headers"]["content-type"] == typed_patch_content_type(patch)
     assert typed_patch_content_type({}) == STRATEGIC_MERGE_PATCH
+    # custom resources know no strategic merge: the typed client sends a JSON merge patch, as operator_* modules do
+    k8s_client.CustomObjectsApi(api).patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cp",
+                                                                 {"spec": {}}, _preload_content=False)
+    assert server.seen[-1]["headers"]["content-type"] == MERGE_PATCH
 
 
 @pytest.mark.parametrize("method, path, code, reason", [
@@ -221,3 +232,10 @@ def test_listwatch_over_a_list_call_delivers_sync_and_events(server):
     watcher.stop()
     assert [(kind, payload["metadata"]["resourceVersion"] if kind != "SYNC" else len(payload))
             for dummy, kind, payload in got] == [("SYNC", 1), ("ADDED", "11"), ("MODIFIED", "12")]
+
+
+def test_served_versions_reads_discovery(server):
+    api = api_for(server)
+    assert served_versions(api, "resource.k8s.io") == ["v1", "v1beta2"]
+    assert served_versions(api, "nvidia.com") == []
+    assert server.seen[-1]["path"] == "/apis"
