@@ -22,7 +22,8 @@ description:
   - C(cdiVersion) is the lowest version the fields in use need, unless O(cdi_version) pins one; a pin lower than
     that minimum fails. Specs from C(nvidia-ctk) keep the version C(nvidia-ctk) chose (it is still checked).
   - Reports a spec as stale when it points at host files that no longer exist (mounts, hooks, device nodes), the
-    usual state after a driver upgrade; with O(generator) the spec is then regenerated.
+    usual state after a driver upgrade; with O(generator) the spec is then regenerated. O(state=refreshed)
+    regenerates a spec only where one exists (after a driver upgrade, a node without CDI stays without).
   - Compares parsed content, not bytes, so a re-run is idempotent. The file is written to a temporary file in
     the same directory whose name CDI readers skip (C(.NAME.XXXX.tmp)) and renamed into place, mode C(0644).
   - Warns when another spec file in the same directory defines the same kind and device names, because CDI
@@ -41,8 +42,10 @@ options:
   state:
     description:
       - V(present) writes the spec, V(absent) removes the file.
+      - V(refreshed) is V(present) for a spec that exists and does nothing when there is none (RV(spec) is then
+        null); it needs O(generator).
     type: str
-    choices: [present, absent]
+    choices: [present, absent, refreshed]
     default: present
   path:
     description:
@@ -81,12 +84,13 @@ options:
     description:
       - Where the devices come from when O(devices) is not given.
       - V(nvidia-ctk) runs C(nvidia-ctk cdi generate --format json) and takes its output.
+      - V(auto) is V(nvidia-ctk) when O(nvidia_ctk) is found and V(facts) otherwise (O(facts) is then required).
       - V(facts) builds device-node-only devices from O(facts), named C(0), the GPU UUID, C(GPU:MIG), the MIG
         UUID and C(all), with C(/dev/nvidiaN) per GPU, C(/dev/nvidia-caps/nvidia-capN) plus the parent GPU node per
         MIG device, and spec-level C(/dev/nvidiactl), C(/dev/nvidia-uvm), C(/dev/nvidia-uvm-tools) and
         C(/dev/nvidia-modeset) when the facts list them. It mounts no driver libraries.
     type: str
-    choices: [nvidia-ctk, facts]
+    choices: [nvidia-ctk, facts, auto]
   nvidia_ctk:
     description:
       - The C(nvidia-ctk) program, a name looked up on E(PATH) or an absolute path.
@@ -153,6 +157,13 @@ EXAMPLES = r"""
       env:
         - VENDOR_VISIBLE_DEVICES=void
 
+- name: After a driver upgrade, regenerate the spec where the node has one (nvidia-ctk when installed, else the facts)
+  gpuops.nvidia.cdi_spec:
+    path: /etc/cdi/nvidia.yaml
+    state: refreshed
+    generator: auto
+    facts: "{{ ansible_facts.nvidia_driver }}"
+
 - name: Remove a spec
   gpuops.nvidia.cdi_spec:
     path: /etc/cdi/vendor.yaml
@@ -188,8 +199,14 @@ missing_paths:
   type: list
   elements: str
   sample: ["/usr/lib/x86_64-linux-gnu/libcuda.so.535.86.05"]
+generator:
+  description: The generator used (V(auto) resolved to V(nvidia-ctk) or V(facts)); null without O(generator).
+  returned: always
+  type: str
+  sample: nvidia-ctk
 spec:
-  description: The spec content written (or that would be written); null with O(state=absent).
+  description: The spec content written (or that would be written); null with O(state=absent) and with
+    O(state=refreshed) when there was no spec.
   returned: always
   type: dict
   sample: {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
@@ -322,9 +339,13 @@ def _diff(path, before_text, after_text):
     return {"before": before_text or "", "after": after_text or "", "before_header": path, "after_header": path}
 
 
+def _no_spec_result(module, path):
+    return {"changed": False, "path": path, "cdi_version": None, "devices": [], "stale": False,
+            "missing_paths": [], "spec": None, "generator": module.params["generator"]}
+
+
 def _remove(module, path):
-    result = {"changed": False, "path": path, "cdi_version": None, "devices": [], "stale": False,
-              "missing_paths": [], "spec": None}
+    result = _no_spec_result(module, path)
     if not os.path.lexists(path):
         module.exit_json(**result)
     try:
@@ -354,7 +375,8 @@ def _ensure_present(module, path, fmt):
     changed = not _cdi.specs_equal(existing, spec)
     after_text = _cdi.render(spec, fmt) if changed else before_text
     result = {"changed": changed, "path": path, "cdi_version": spec["cdiVersion"], "devices": _cdi.device_names(spec),
-              "stale": bool(missing_paths), "missing_paths": missing_paths, "spec": spec}
+              "stale": bool(missing_paths), "missing_paths": missing_paths, "spec": spec,
+              "generator": module.params["generator"]}
     if module._diff:
         result["diff"] = _diff(path, before_text, after_text)
     if changed and not module.check_mode:
@@ -365,23 +387,35 @@ def _ensure_present(module, path, fmt):
     module.exit_json(**result)
 
 
+def resolve_auto_generator(module):
+    """nvidia-ctk when the program is there, else the facts (which must then be given)."""
+    program = module.params["nvidia_ctk"]
+    binary = program if os.path.isabs(program) else module.get_bin_path(program)
+    if binary and os.access(binary, os.X_OK):
+        return "nvidia-ctk"
+    if not module.params["facts"]:
+        module.fail_json(msg="generator=auto: %s not found and no facts given to build the spec from" % program)
+    return "facts"
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state=dict(type="str", choices=["present", "absent", "refreshed"], default="present"),
             path=dict(type="path", required=True),
             kind=dict(type="str", default=_cdi.DEFAULT_KIND),
             devices=dict(type="list", elements="dict"),
             container_edits=dict(type="dict"),
             annotations=dict(type="dict"),
-            generator=dict(type="str", choices=["nvidia-ctk", "facts"]),
+            generator=dict(type="str", choices=["nvidia-ctk", "facts", "auto"]),
             nvidia_ctk=dict(type="str", default="nvidia-ctk"),
             nvidia_ctk_args=dict(type="list", elements="str", default=[]),
             facts=dict(type="dict"),
             cdi_version=dict(type="str"),
         ),
         mutually_exclusive=[("devices", "generator")],
-        required_if=[("state", "present", ("devices", "generator"), True), ("generator", "facts", ("facts",))],
+        required_if=[("state", "present", ("devices", "generator"), True), ("state", "refreshed", ("generator",)),
+                     ("generator", "facts", ("facts",))],
         supports_check_mode=True,
     )
     path = os.path.abspath(module.params["path"])
@@ -389,6 +423,10 @@ def main():
         fmt = _cdi.spec_format(path)
     except _cdi.CDIError as exc:
         module.fail_json(msg=to_native(exc))
+    if module.params["state"] == "refreshed" and not os.path.lexists(path):
+        module.exit_json(**_no_spec_result(module, path))
+    if module.params["generator"] == "auto":
+        module.params["generator"] = resolve_auto_generator(module)
     if module.params["generator"] == "nvidia-ctk":
         for option in ("container_edits", "annotations"):
             if module.params[option]:

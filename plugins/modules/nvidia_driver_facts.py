@@ -165,10 +165,15 @@ ansible_facts:
           returned: always
           sample: [{module: nvidia, version: "535.86.05", kernel: "6.1.0-18-amd64", arch: x86_64, state: installed, warning: null}]
         kernel:
-          description: Running kernel release and whether its headers (C(/lib/modules/<release>/build)) are present.
+          description:
+            - Running kernel release and whether its headers (C(/lib/modules/<release>/build)) are present.
+            - V(build_tools_missing) lists what a DKMS build of the module would miss besides the headers (C(dkms),
+              C(make), a C compiler, the C library headers); empty when the node can build it, null when the
+              V(kernel) subset was not gathered.
           type: dict
           returned: always
-          sample: {release: "6.1.0-18-amd64", headers_present: true, headers_path: /lib/modules/6.1.0-18-amd64/build}
+          sample: {release: "6.1.0-18-amd64", headers_present: true, headers_path: /lib/modules/6.1.0-18-amd64/build,
+                   build_tools_missing: []}
         xid_events:
           description: Xid events from the kernel log.
           type: list
@@ -227,6 +232,10 @@ PROC_MODULES = "/proc/modules"
 PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 DEV_DIR = "/dev"
 LIB_MODULES = "/lib/modules"
+# What building the kernel module needs besides the kernel headers: DKMS, make, a C compiler, the C library headers.
+BUILD_COMMANDS = ("dkms", "make")
+C_COMPILERS = ("gcc", "cc")
+C_LIBRARY_HEADER = "/usr/include/stdio.h"
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout(1) when the command ran too long
@@ -256,7 +265,7 @@ def empty_facts():
         "secure_boot": {"enabled": None, "setup_mode": None, "source": None},
         "mok": {"enrolled": [], "pending": []},
         "dkms": [],
-        "kernel": {"release": os.uname()[2], "headers_present": False, "headers_path": None},
+        "kernel": {"release": os.uname()[2], "headers_present": False, "headers_path": None, "build_tools_missing": None},
         "xid_events": [],
         "diagnosis": [],
     }
@@ -373,11 +382,22 @@ def gather_device_nodes():
     return nodes
 
 
-def gather_kernel_release():
+def gather_kernel_release(reader):
     release = os.uname()[2]
     headers_path = os.path.join(LIB_MODULES, release, "build")
     present = os.path.isdir(headers_path)
-    return {"release": release, "headers_present": present, "headers_path": headers_path if present else None}
+    return {"release": release, "headers_present": present, "headers_path": headers_path if present else None,
+            "build_tools_missing": missing_build_tools(reader.find_tool)}
+
+
+def missing_build_tools(find_tool):
+    """What a DKMS build of the module would miss, by name (empty when it can build)."""
+    missing = [name for name in BUILD_COMMANDS if not find_tool(name)]
+    if not any(find_tool(name) for name in C_COMPILERS):
+        missing.append("gcc")
+    if not os.path.exists(C_LIBRARY_HEADER):
+        missing.append("C library headers")
+    return missing
 
 
 def modules_in_sysfs():
@@ -396,7 +416,7 @@ def gather_kernel(reader, facts):
         companion_modules(names),
     )
     facts["device_nodes"] = gather_device_nodes()
-    facts["kernel"] = gather_kernel_release()
+    facts["kernel"] = gather_kernel_release(reader)
 
 
 def efivar_flag(name):

@@ -349,3 +349,49 @@ def test_spec_pointing_at_missing_host_files_is_warned_about(tmp_path, capsys):
     rc, result = run_module(capsys, path=str(tmp_path / "nvidia.yaml"), devices=devices)
     assert rc == 0
     assert warning_messages(result) == ["the spec points at host files that do not exist: %s" % (tmp_path / "libcuda.so.1")]
+
+
+# ----------------------------------------------------------------------------------------- refreshed, auto
+
+FACTS = {"gpus": [{"index": 0, "uuid": "GPU-6cf00fa7-59ac-16f2-3e83-d24ccdc56f84", "mig_devices": []}],
+         "device_nodes": [{"path": "/dev/nvidia0", "major": 195, "minor": 0}]}
+
+
+def test_refreshed_leaves_a_node_without_a_spec_without_one(tmp_path, capsys):
+    path = tmp_path / "cdi" / "nvidia.yaml"
+    rc, result = run_module(capsys, path=str(path), state="refreshed", generator="auto", facts=FACTS,
+                            nvidia_ctk=str(tmp_path / "no-such-nvidia-ctk"))
+    assert rc == 0, result
+    assert (result["changed"], result["spec"], result["devices"]) == (False, None, [])
+    assert not path.parent.exists()
+
+
+def test_refreshed_with_auto_regenerates_a_stale_spec_with_nvidia_ctk_when_installed(tmp_path, capsys, monkeypatch):
+    root = make_driver_root(tmp_path, "999.88.77")
+    path = tmp_path / "nvidia.yaml"
+    path.write_text(yaml.safe_dump(ctk_spec_for(root, "535.86.05")))
+    install_fake_nvidia_ctk(tmp_path, monkeypatch, yaml.safe_dump(ctk_spec_for(root, "999.88.77")))
+    rc, result = run_module(capsys, path=str(path), state="refreshed", generator="auto", facts=FACTS)
+    assert rc == 0, result
+    assert (result["generator"], result["stale"], result["changed"]) == ("nvidia-ctk", True, True)
+    assert "libcuda.so.999.88.77" in path.read_text()
+
+
+def test_auto_without_nvidia_ctk_builds_from_the_facts_and_needs_them(tmp_path, capsys):
+    path = tmp_path / "nvidia.yaml"
+    path.write_text(yaml.safe_dump({"cdiVersion": "0.3.0", "kind": "nvidia.com/gpu", "devices": GPU_DEVICES}))
+    missing_ctk = str(tmp_path / "no-such-nvidia-ctk")
+    rc, result = run_module(capsys, path=str(path), state="refreshed", generator="auto", facts=FACTS,
+                            nvidia_ctk=missing_ctk)
+    assert rc == 0, result
+    assert result["generator"] == "facts"
+    assert result["devices"] == ["0", "GPU-6cf00fa7-59ac-16f2-3e83-d24ccdc56f84", "all"]
+    before = path.read_text()
+    rc, result = run_module(capsys, path=str(path), state="refreshed", generator="auto", nvidia_ctk=missing_ctk)
+    assert rc == 1 and result["msg"] == "generator=auto: %s not found and no facts given to build the spec from" % missing_ctk
+    assert path.read_text() == before
+
+
+def test_refreshed_needs_a_generator(tmp_path, capsys):
+    rc, result = run_module(capsys, path=str(tmp_path / "nvidia.yaml"), state="refreshed", devices=GPU_DEVICES)
+    assert rc == 1 and "state is refreshed but all of the following are missing: generator" in result["msg"]

@@ -73,6 +73,7 @@ class FakeHost:
                                    ("LIB_MODULES", "lib/modules")):
             monkeypatch.setattr(nvidia_driver_facts, constant, str(self.root / relative))
         monkeypatch.setattr(nvidia_driver_facts, "NVML_LIBRARY_DIRS", (str(self.root / "usr/lib/x86_64-linux-gnu"),))
+        monkeypatch.setattr(nvidia_driver_facts, "C_LIBRARY_HEADER", str(self.root / "usr/include/stdio.h"))
         (self.root / "sys/bus/pci/devices").mkdir(parents=True)
         (self.root / "sys/module").mkdir(parents=True)
         (self.root / "dev").mkdir()
@@ -223,6 +224,7 @@ def test_healthy_a100_mig_node_has_full_facts_and_no_diagnosis(host, capsys):
     assert facts["dkms"] == [{"module": "nvidia", "version": "535.54.03", "kernel": RELEASE, "arch": "x86_64",
                               "state": "installed", "warning": None}]
     assert facts["kernel"]["headers_present"] is True
+    assert "gcc" in facts["kernel"]["build_tools_missing"]   # no compiler on this host's PATH
     assert facts["xid_events"] == []
     smi_calls = [call for call in host.calls() if call.startswith("nvidia-smi")]
     assert smi_calls == ["nvidia-smi -q -x", "nvidia-smi -L"]  # -L only because MIG is enabled
@@ -495,3 +497,18 @@ def test_xid_of_all_boots_reads_the_journal_first(host, capsys):
     facts = host.run(capsys, gather_subset=["xid"], xid_since_boot=False)["ansible_facts"]["nvidia_driver"]
     assert 48 in [event["code"] for event in facts["xid_events"]]
     assert host.calls() == ["journalctl -k --no-pager -o short-iso"]
+
+
+def test_build_tools_missing_names_what_a_dkms_build_would_miss(host, capsys):
+    host.pci_gpu("0000:18:00.0", "0x2330", "nvidia")
+    host.loaded_open_driver("565.57.01")
+    host.headers()
+    # dkms lives in /usr/sbin, which get_bin_path always searches: fake it on PATH so the answer is this host's
+    host.tool("dkms", {"status": ("", 0)})
+    facts = host.run(capsys)["ansible_facts"]["nvidia_driver"]
+    assert facts["kernel"]["build_tools_missing"] == ["make", "gcc", "C library headers"]
+    host.tool("make", {})
+    host.tool("cc", {})
+    host.write("usr/include/stdio.h", "/* the C library's headers */\n")
+    facts = host.run(capsys)["ansible_facts"]["nvidia_driver"]
+    assert facts["kernel"]["build_tools_missing"] == []
