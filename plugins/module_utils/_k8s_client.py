@@ -297,8 +297,9 @@ def list_call(api, path, **selectors):
 
 
 def served_versions(api, group):
-    """The versions of API group ``group`` the server serves (one discovery request, ``GET /apis``)."""
-    groups = request_json(api, 'GET', '/apis').get('groups') or []
+    """The versions of API group ``group`` the server serves (one discovery request, ``GET /apis/`` as the typed
+    ApisApi sends it)."""
+    groups = request_json(api, 'GET', '/apis/').get('groups') or []
     return [version.get('version') for one in groups if one.get('name') == group
             for version in one.get('versions') or []]
 

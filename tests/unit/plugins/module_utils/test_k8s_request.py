@@ -56,7 +56,7 @@ class Recorder(BaseHTTPRequestHandler):
             events = [{"type": "ADDED", "object": {"metadata": {"name": "gpu-1", "resourceVersion": "11"}}},
                       {"type": "MODIFIED", "object": {"metadata": {"name": "gpu-1", "resourceVersion": "12"}}}]
             self._send(200, b"".join(json.dumps(event).encode() + b"\n" for event in events))
-        elif url.path == "/apis":
+        elif url.path == "/apis/":
             self._send(200, json.dumps({"kind": "APIGroupList", "groups": [
                 {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]},
                 {"name": "resource.k8s.io", "versions": [{"groupVersion": "resource.k8s.io/v1", "version": "v1"},
@@ -238,4 +238,4 @@ def test_served_versions_reads_discovery(server):
     api = api_for(server)
     assert served_versions(api, "resource.k8s.io") == ["v1", "v1beta2"]
     assert served_versions(api, "nvidia.com") == []
-    assert server.seen[-1]["path"] == "/apis"
+    assert server.seen[-1]["path"] == "/apis/"
