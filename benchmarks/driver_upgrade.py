@@ -215,12 +215,23 @@ def batch_spans(timeline, ended, count):
     return [(start, (starts[index + 1] if index + 1 < len(starts) else finish)) for index, start in enumerate(starts)]
 
 
+def module_tasks_between(timeline, start, end):
+    """How many tasks started in [start, end) ran a module on some host (on a node over SSH, or a Kubernetes module
+    on the controller): skipped tasks, includes, set_fact/assert and pauses left out. Each costs about a process
+    start and a round trip per host, which bounds Ansible's overhead from below."""
+    ran = set(record["uuid"] for record in timeline if record["kind"] == "result" and record["status"] != "skipped")
+    return sum(1 for record in timeline if record["kind"] == "task" and start <= record["ts"] < end
+               and record["uuid"] in ran and category_of(record["action"]) in (
+                   "Kubernetes modules on the controller", "modules on the nodes (over SSH)"))
+
+
 def set_batch_walls(measured, timeline, ended):
     """Each batch's wall time and overhead (wall - floor), and the time outside the batches."""
     spans = batch_spans(timeline, ended, len(measured["per_batch"]))
     for batch, (start, end) in zip(measured["per_batch"], spans):
         batch["wall_s"] = round(end - start, 2)
         batch["overhead_s"] = round(end - start - batch["floor_s"], 2)
+        batch["module_tasks"] = module_tasks_between(timeline, start, end)
     measured["in_batch_overhead_s"] = [batch["overhead_s"] for batch in measured["per_batch"]]
     measured["outside_batches_s"] = round(measured["wall_s"] - sum(end - start for start, end in spans), 2)
 
@@ -353,6 +364,8 @@ def write_markdown(results, path):
     row("overhead inside each batch s", lambda r: ", ".join("%.1f" % x for x in r["in_batch_overhead_s"]))
     row("outside the batches s (plan, pre-check, lock, finish)", lambda r: "%.1f" % r["outside_batches_s"])
     row("tasks run", lambda r: str(r["tasks_run"]))
+    row("tasks that ran a module, each batch (canary first)",
+        lambda r: ", ".join(str(batch.get("module_tasks", "-")) for batch in r["per_batch"]))
     categories = {label: categories_of(run["task_profile"]) for label, run in runs.items()}
     for name in sorted({name for found in categories.values() for name in found}):
         row("time in %s s" % name, lambda r, name=name: "%.1f" % categories[r["label"]].get(name, 0.0))

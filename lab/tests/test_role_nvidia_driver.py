@@ -182,6 +182,15 @@ def test_after_confirmation_the_install_runs_and_records_what_it_did(flow):
     assert flow["runfile_sha256"] in flow["record"]
 
 
+def test_a_node_that_can_build_the_module_skips_the_package_manager(flow):
+    # the twin's node has DKMS, make, a compiler, the C library and the kernel headers (kernel.build_tools_missing
+    # is empty): the build prerequisites task must not run apt at all
+    output = flow["run2"]["output"]
+    task = output[output.index("TASK [gpuops.nvidia.nvidia_driver : Build prerequisites"):]
+    task = task[:task.index("TASK [", 1)]
+    assert "skipping: [%s]" % NODE in task, task
+
+
 def test_after_the_reboot_the_module_is_loaded_and_signed_by_the_enrolled_key(flow):
     facts = flow["facts"]
     if facts is None:
