@@ -80,7 +80,10 @@ def state_changes(lab, name):
     """The node's upgrade-state changes in the order the controller made them (its Node events)."""
     events = get_json(lab, "events", "-n", "default", "--field-selector",
                       "involvedObject.name=%s,reason=GPUDriverUpgrade" % name)["items"]
-    events.sort(key=lambda event: (event["firstTimestamp"], event["metadata"]["resourceVersion"]))
+    # firstTimestamp has second resolution; within a second the resourceVersion orders them, compared as a number
+    # (as strings "1000" sorts before "999", which reordered the states when the counter gained a digit)
+    events.sort(key=lambda event: (event["firstTimestamp"], len(event["metadata"]["resourceVersion"]),
+                                   event["metadata"]["resourceVersion"]))
     return [event["message"].rsplit(" ", 1)[1] for event in events if "state label to" in event["message"]]
 
 
