@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make tree`: mirror the collection content into DEST (as `rsync -a --delete` with excludes would).
+"""`make tree`: mirror the collection content into DEST, in Python (no external copy tool to install).
 
 Copies what changed (size or mtime differs), keeps modes and mtimes, copies symlinks as symlinks, and removes
 from DEST what the source no longer has. Excluded paths are neither copied nor removed (DEST/tests/output keeps

@@ -14,6 +14,7 @@ object)`` for each change on ``events`` (a ``queue.Queue``), and ``(key, 'FAILED
 ``watches_opened`` and ``lists`` count the requests made; ``stop()`` ends the watch.
 
 ``list_json(list_call, **query)``: one list, as ``(items, resourceVersion)``.
+``watch_events(response)``: the ``(type, object)`` events of one watch response (an ERROR event raises).
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def iter_lines(response):
             line, buffer = buffer.split(b'\n', 1)
             if line.strip():
                 yield line
+
+
+def watch_events(response):
+    """``(type, object)`` of each event of a watch response as it arrives (BOOKMARK included); an ERROR event (a
+    metav1.Status, e.g. 410 Expired) raises WatchError."""
+    for line in iter_lines(response):
+        event = json.loads(line)
+        kind, obj = event.get('type'), event.get('object') or {}
+        if kind == 'ERROR':
+            raise WatchError(obj)
+        yield kind, obj
 
 
 def list_json(list_call, **query):
@@ -121,11 +133,7 @@ class ListWatch:
             _close(response)
             return resource_version
         try:
-            for line in iter_lines(response):
-                event = json.loads(line)
-                kind, obj = event.get('type'), event.get('object') or {}
-                if kind == 'ERROR':
-                    raise WatchError(obj)
+            for kind, obj in watch_events(response):
                 version = (obj.get('metadata') or {}).get('resourceVersion')
                 if version:
                     resource_version = version

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
+
 CLUSTER_POLICY = {"group": "nvidia.com", "version": "v1", "plural": "clusterpolicies", "kind": "ClusterPolicy"}
 NVIDIA_DRIVER = {"group": "nvidia.com", "version": "v1alpha1", "plural": "nvidiadrivers", "kind": "NVIDIADriver"}
 
@@ -126,14 +128,8 @@ def helm_values_change(resource: dict, target_version: str):
 
 def previous_of(resource: dict, target_version: str):
     """The version recorded before a roll-out to ``target_version`` raised it (our annotation), else None."""
-    raw = _annotations(resource).get(PREVIOUS_VERSION_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if isinstance(value, dict) and value.get("to") == target_version and value.get("version"):
+    value = json_annotation(resource, PREVIOUS_VERSION_ANNOTATION)
+    if value is not None and value.get("to") == target_version and value.get("version"):
         return value["version"]
     return None
 
@@ -253,14 +249,8 @@ def operator_blockers(detection: dict, nodes, targets, target_version: str) -> l
 def hold_of(node: dict, target_version: str):
     """Our hold of a node for the roll-out to ``target_version`` (``{"to", "run_id", "initial_unschedulable"}``),
     None when we do not hold it for that version."""
-    raw = _annotations(node).get(HOLD_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) and value.get("to") == target_version else None
+    value = json_annotation(node, HOLD_ANNOTATION)
+    return value if value is not None and value.get("to") == target_version else None
 
 
 def ours_in_progress(node: dict, target_version: str) -> bool:

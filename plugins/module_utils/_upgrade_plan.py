@@ -22,6 +22,7 @@ import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._drain import budget_report, classify_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
 
 RECORD_ANNOTATION = "gpuops.nvidia/driver-upgrade"
 OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
@@ -257,23 +258,16 @@ def other_upgraders(nodes, targets, kured_daemonsets=(), ours=()) -> list:
             found.append({"node": name, "reason": "the GPU Operator's driver upgrade is in progress (%s=%s)"
                           % (OPERATOR_STATE_LABEL, state)})
     for daemonset in kured_daemonsets:
-        raw = (daemonset.get("metadata", {}).get("annotations") or {}).get(KURED_LOCK_ANNOTATION)
-        for holder in _kured_holders(raw):
+        for holder in _kured_holders(json_annotation(daemonset, KURED_LOCK_ANNOTATION)):
             if holder in targets:
                 found.append({"node": holder, "reason": "kured holds its reboot lock for this node (%s/%s)"
                               % (daemonset["metadata"].get("namespace", ""), daemonset["metadata"]["name"])})
     return found
 
 
-def _kured_holders(raw) -> list:
+def _kured_holders(value) -> list:
     """Node names holding a kured lock: single-holder JSON {"nodeID": ...} or multi-lock {"locks": [...]}."""
-    if not raw:
-        return []
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return []
-    if not isinstance(value, dict):
+    if not value:
         return []
     records = value.get("locks") if isinstance(value.get("locks"), list) else [value]
     return [record.get("nodeID") for record in records if isinstance(record, dict) and record.get("nodeID")]
@@ -336,14 +330,8 @@ def _minutes(clock: str) -> int:
 
 def parse_record(node: dict):
     """The node's ``gpuops.nvidia/driver-upgrade`` record as a dict, None when absent or unreadable."""
-    raw = (node.get("metadata", {}).get("annotations") or {}).get(RECORD_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and record.get("state") in RECORD_STATES else None
+    record = json_annotation(node, RECORD_ANNOTATION)
+    return record if record is not None and record.get("state") in RECORD_STATES else None
 
 
 def dump_record(record: dict) -> str:

@@ -10,8 +10,8 @@ end of the maintenance restores them exactly.
 from __future__ import annotations
 
 import datetime
-import json
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
 from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION, dump_record
 
 # Auto-remediators that would reboot or replace a node we are working on: medik8s (Node Healthcheck / Self Node
@@ -30,12 +30,7 @@ def node_annotations(node: dict) -> dict:
 
 def current_record(node: dict):
     """The record as stored, whatever its state (None when absent or not JSON)."""
-    raw = node_annotations(node).get(RECORD_ANNOTATION)
-    try:
-        record = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return json_annotation(node, RECORD_ANNOTATION)
 
 
 def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True, now: str = None):

@@ -257,10 +257,17 @@ def _read_existing(module, path, fmt):
         return text, None
 
 
-def _run_nvidia_ctk(module, kind):
+def _nvidia_ctk_binary(module):
+    """The nvidia-ctk program to run (O(nvidia_ctk): a name on PATH or an absolute path); None when not executable."""
     program = module.params["nvidia_ctk"]
     binary = program if os.path.isabs(program) else module.get_bin_path(program)
-    if not binary or not os.access(binary, os.X_OK):
+    return binary if binary and os.access(binary, os.X_OK) else None
+
+
+def _run_nvidia_ctk(module, kind):
+    program = module.params["nvidia_ctk"]
+    binary = _nvidia_ctk_binary(module)
+    if not binary:
         module.fail_json(msg="generator=nvidia-ctk: %s not found or not executable (install nvidia-container-toolkit "
                              "or set nvidia_ctk)" % program)
     argv = [binary, "cdi", "generate", "--format", "json"]
@@ -389,12 +396,11 @@ def _ensure_present(module, path, fmt):
 
 def resolve_auto_generator(module):
     """nvidia-ctk when the program is there, else the facts (which must then be given)."""
-    program = module.params["nvidia_ctk"]
-    binary = program if os.path.isabs(program) else module.get_bin_path(program)
-    if binary and os.access(binary, os.X_OK):
+    if _nvidia_ctk_binary(module):
         return "nvidia-ctk"
     if not module.params["facts"]:
-        module.fail_json(msg="generator=auto: %s not found and no facts given to build the spec from" % program)
+        module.fail_json(msg="generator=auto: %s not found and no facts given to build the spec from"
+                             % module.params["nvidia_ctk"])
     return "facts"
 
 

@@ -93,7 +93,6 @@ elapsed:
   type: float
 """
 
-import json
 import re
 import time
 import uuid
@@ -102,7 +101,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, request, request_json, resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import WatchError, iter_lines
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import watch_events
 
 GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 
@@ -130,11 +129,8 @@ def wait_finished(api, name, namespace, timeout):
                            query=dict(watch=True, field_selector="metadata.name=%s" % name,
                                       timeout_seconds=max(1, int(deadline - time.monotonic()))))
         try:
-            for line in iter_lines(response):
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    raise WatchError(event.get("object") or {})
-                phase = ((event.get("object") or {}).get("status") or {}).get("phase") or phase
+            for dummy, obj in watch_events(response):
+                phase = (obj.get("status") or {}).get("phase") or phase
                 if phase in ("Succeeded", "Failed"):
                     return phase
         finally:

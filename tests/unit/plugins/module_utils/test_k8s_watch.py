@@ -8,11 +8,14 @@ closes, a 410 Expired ERROR event) and what the reader must do with it."""
 from __future__ import annotations
 
 import json
-import threading
 import queue
+import threading
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, iter_lines
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import (
+    ListWatch, WatchError, iter_lines, watch_events)
 
 # The ERROR event kube-apiserver sends in a watch whose resourceVersion is too old.
 EXPIRED = {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -151,3 +154,14 @@ def test_stop_while_the_watch_request_is_in_flight_returns_at_once_and_closes_it
     watcher.stop(join_s=5)
     assert time.monotonic() - started < 2
     assert closed.is_set() and watcher.watches_opened == 1
+
+
+def test_watch_events_decodes_each_event_and_raises_on_an_error_event():
+    body = b"".join(json.dumps(event).encode() + b"\n" for event in [
+        {"type": "ADDED", "object": node("gpu-1", 2)}, {"type": "BOOKMARK", "object": {"metadata": {}}}, EXPIRED])
+    events = watch_events(Response(body, chunk=5))
+    assert next(events) == ("ADDED", node("gpu-1", 2))
+    assert next(events) == ("BOOKMARK", {"metadata": {}})
+    with pytest.raises(WatchError) as raised:
+        next(events)
+    assert (raised.value.status, raised.value.reason) == (410, "Expired")
