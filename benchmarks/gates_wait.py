@@ -57,7 +57,7 @@ while True:
 
 def parse_time(text):
     sys.path.insert(0, os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)[0])
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time as parse
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time as parse
     return parse(text)
 
 

@@ -142,7 +142,7 @@ def test_wait_returns_no_later_than_kubectl_wait_on_the_same_change(gpu_lab, col
     kubectl_done = time.time()
     ok, result = finish(module)
     assert kubectl.returncode == 0 and ok, result
-    detected = collection_module_utils("_k8s_time").parse_time(result["nodes"][STALE]["satisfied_at"])
+    detected = collection_module_utils("k8s.timestamps").parse_time(result["nodes"][STALE]["satisfied_at"])
     # the module saw the node back no later than kubectl wait returned (0.5 s: two processes on 2 shared cores)
     assert detected <= kubectl_done + 0.5, (detected, kubectl_done)
 

@@ -66,7 +66,7 @@ def node_root(tmp_path):
 
 @pytest.fixture(scope="module")
 def collection(collection_module_utils):
-    return collection_module_utils("_driver_state")
+    return collection_module_utils("nvidia.driver_state")
 
 
 def run_installer(runfile_path: str, root: str, cache: str, *flags, env=None) -> subprocess.CompletedProcess:

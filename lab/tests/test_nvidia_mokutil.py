@@ -127,7 +127,7 @@ def test_collection_parser_reads_the_fake_mokutil_as_the_efi_state_says(efi_path
     os.symlink(REPO_DIR, str(tree / "ansible_collections" / "gpuops" / "nvidia"))
     sys.path.insert(0, str(tree))
     try:
-        state_parser = importlib.import_module("ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state")
+        state_parser = importlib.import_module("ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state")
     except ImportError as error:
         pytest.skip("collection parsers not importable: %s" % error)
     mokutil(efi_path, "--import", keys["ops"], keys["other"], "--root-pw")

@@ -3,7 +3,7 @@
 No node is needed: the renderers run on `profiles.make_hw` data and are compared with real captures
 (the collection's `tests/unit/fixtures/`, and `nvidia_fixtures/` for the one only these tests read; see
 `fixture_path` in conftest.py); the parsers are the collection's own
-(`plugins/module_utils/_nvidia_smi.py`, `_driver_state.py`, `_xid.py`).
+(`plugins/module_utils/nvidia/smi.py`, `_driver_state.py`, `_xid.py`).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def fixture_text(name: str) -> str:
 @pytest.fixture(scope="module")
 def collection(collection_module_utils):
     """The collection's module_utils, imported as `ansible_collections.gpuops.nvidia.plugins.module_utils`."""
-    return {name: collection_module_utils(name) for name in ("_nvidia_smi", "_driver_state", "_xid")}
+    return {name: collection_module_utils(name) for name in ("nvidia.smi", "nvidia.driver_state", "nvidia.xid")}
 
 
 def h100_with_mig_and_ecc_fault() -> dict:
@@ -276,18 +276,18 @@ def test_gpu_off_the_bus_is_reported_lost_and_missing_from_listings():
 def test_collection_xml_parser_reads_the_twin_as_the_profile_says(collection, profile):
     hw = profiles.make_hw("gpu-node-07", profile)
     hw, _lines = boot.apply_xid(hw, 48, 1)
-    parsed = collection["_nvidia_smi"].parse_query_xml(run_smi(hw, "-q", "-x").stdout)
+    parsed = collection["nvidia.smi"].parse_query_xml(run_smi(hw, "-q", "-x").stdout)
     assert parsed["driver_version"] == VERSION and parsed["cuda_version"] == "12.8"
     assert parsed["attached_gpus"] == len(hw["gpus"]) == len(parsed["gpus"])
     for gpu, facts in zip(hw["gpus"], parsed["gpus"]):
         assert {key: facts[key] for key in CONTRACT_GPU_KEYS} == {key: gpu[key] for key in CONTRACT_GPU_KEYS}
         assert facts["index"] == gpu["index"] and facts["pci_bus_id"] == smi.nvml_bus_id(gpu["pci_address"])
-        assert collection["_nvidia_smi"].sysfs_pci_address(facts["pci_bus_id"]) == gpu["pci_address"]
+        assert collection["nvidia.smi"].sysfs_pci_address(facts["pci_bus_id"]) == gpu["pci_address"]
     assert parsed["gpus"][1]["ecc_volatile_uncorrectable"] == 1
 
 
 def test_collection_parsers_read_mig_devices_from_xml_and_list_as_the_profile_says(collection):
-    parsers = collection["_nvidia_smi"]
+    parsers = collection["nvidia.smi"]
     hw = h100_with_mig_and_ecc_fault()
     gpus = parsers.merge_mig_listing(parsers.parse_query_xml(run_smi(hw, "-q", "-x").stdout)["gpus"],
                                      parsers.parse_list(run_smi(hw, "-L").stdout))
@@ -299,7 +299,7 @@ def test_collection_parsers_read_mig_devices_from_xml_and_list_as_the_profile_sa
 
 
 def test_collection_csv_parser_reads_the_twin_with_and_without_header(collection):
-    parsers = collection["_nvidia_smi"]
+    parsers = collection["nvidia.smi"]
     hw = profiles.make_hw("n", "l40s-x4")
     fields = ["index", "uuid", "name", "memory.total", "retired_pages.pending", "remapped_rows.pending"]
     with_header = parsers.parse_query_gpu_csv(run_smi(hw, "--query-gpu=" + ",".join(fields),
@@ -312,7 +312,7 @@ def test_collection_csv_parser_reads_the_twin_with_and_without_header(collection
 
 
 def test_collection_classifies_the_twin_errors_like_the_real_ones(collection):
-    parsers = collection["_nvidia_smi"]
+    parsers = collection["nvidia.smi"]
     hw = profiles.make_hw("n", "h100-sxm-80gb-x8")
     no_driver = smi.run(["-q", "-x"], hw, None, VERSION)
     mismatch = smi.run(["-q", "-x"], hw, "580.95.04", "580.95.05")
@@ -324,7 +324,7 @@ def test_collection_classifies_the_twin_errors_like_the_real_ones(collection):
 
 
 def test_collection_reads_proc_version_and_lsmod_of_the_twin(collection):
-    state = collection["_driver_state"]
+    state = collection["nvidia.driver_state"]
     assert state.parse_proc_version(boot.proc_version_text("570.124.06", "open")) == \
         {"version": "570.124.06", "flavor": "open", "arch": "x86_64"}
     assert state.parse_proc_version(boot.proc_version_text("550.54.15", "proprietary"))["flavor"] == "proprietary"
@@ -357,7 +357,7 @@ def test_collection_xid_parser_reads_the_twin_kernel_log_through_dmesg(collectio
     kmsg.append(log_path, lines, now=1764668900.5)
     boot_epoch, entries = kmsg.read_log(log_path)
     for time_format in ("raw", "ctime", "iso"):
-        events = collection["_xid"].parse_kernel_log(kmsg.render_dmesg(boot_epoch, entries, time_format))
+        events = collection["nvidia.xid"].parse_kernel_log(kmsg.render_dmesg(boot_epoch, entries, time_format))
         assert [(event["code"], event["pci_address"], event["pid"]) for event in events] == \
             [(79, "0000:5d:00", None), (48, "0000:ba:00", None), (13, "0000:18:00", 4242)], time_format
         assert events[2]["process"] == "python3"

@@ -98,8 +98,8 @@ from ansible import context
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_chain import append_record
-from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_events import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.chain import append_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.events import (
     GATE_VAR, STEP_VAR, TICKET_VAR, collection_info, is_secret_name, operator_identity, secret_values_from_mapping,
     sha256_of_extra_vars, sha256_of_paths, summarise_result,
 )

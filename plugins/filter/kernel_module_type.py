@@ -42,7 +42,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_support import generation_of, resolve_module_type
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.gpu_support import generation_of, resolve_module_type
 
 
 def kernel_module_type(pci_devices, requested="auto", driver_version=None):

@@ -218,7 +218,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmanager import (
     AlertmanagerAnswerError,
     default_matcher_sets,
     filter_params,
@@ -229,7 +229,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager import
     summary,
     validate_token,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager_http import AlertmanagerClient
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmanager_client import AlertmanagerClient
 
 
 def validated_matcher_sets(module):

@@ -226,7 +226,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _atomic_file, _cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import files as _atomic_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import cdi as _cdi
 
 # At most this many validation errors go into msg; all are in the errors return value.
 _ERRORS_IN_MESSAGE = 5

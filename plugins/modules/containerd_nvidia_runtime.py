@@ -222,9 +222,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _atomic_file, _toml
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as cc
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _rancher
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import files as _atomic_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import toml as _toml
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import containerd_config as cc
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import rancher as _rancher
 
 _DUMP_ERROR_CHARS = 2000
 

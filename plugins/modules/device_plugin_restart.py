@@ -143,11 +143,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import device_plugin as _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
     resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch, list_json
 
 
 def find_daemonset(module, api):

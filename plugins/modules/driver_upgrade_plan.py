@@ -207,11 +207,11 @@ import datetime
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, list_call, request_json, resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as planner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as operator
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import plan as planner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import list_json
 
 
 def read_cluster(module, api):

@@ -206,7 +206,7 @@ import queue
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
@@ -214,8 +214,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     resource_path,
     served_versions,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import (
     DRA,
     DRA_API_VERSIONS,
     NodeTracker,

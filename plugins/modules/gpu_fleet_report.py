@@ -191,7 +191,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.gpuops.nvidia.plugins.module_utils._fleet_health import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.fleet_health import (
     HealthInputError,
     is_gpu_node,
     judge,
@@ -199,7 +199,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._fleet_health import
     nodes_to_look_at,
     parse_duration_minutes,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
@@ -207,10 +207,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     resource_path,
     served_versions,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import dra_api_version
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import PrometheusAnswerError, parse_query_data
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus_http import PrometheusClient
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import dra_api_version
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus import PrometheusAnswerError, parse_query_data
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus_client import PrometheusClient
 
 try:
     import kubernetes

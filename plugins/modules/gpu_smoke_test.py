@@ -99,9 +99,9 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, request, request_json, resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import watch_events
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import watch_events
 
 GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 

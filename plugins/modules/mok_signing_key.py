@@ -143,8 +143,8 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import parse_mok_list, parse_sb_state
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mok import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import parse_mok_list, parse_sb_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.mok import (
     certificate_subject_cn,
     dkms_framework_conf,
     has_code_signing_usage,

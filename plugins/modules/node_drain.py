@@ -275,13 +275,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _drain
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import drain as _drain
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
     resource_path, set_connection_pool_size, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_time
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, list_json
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import RecordWriteError, write_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch, list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.record import RecordWriteError, write_record
 
 MAX_PARALLEL_EVICTIONS = 32
 PDB_RETRY_CAP_S = 5.0

@@ -213,16 +213,16 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import (
     parse_efivar_bool,
     parse_mok_list,
     parse_module_list,
     parse_sb_state,
     read_pci_devices,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_support import generation_of
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mok import parse_test_key
-from ansible_collections.gpuops.nvidia.plugins.module_utils._precheck import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.gpu_support import generation_of
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.mok import parse_test_key
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.precheck import (
     DEFAULT_KUBELET_ROOT_DIR,
     evaluate,
     failure_message,

@@ -112,10 +112,10 @@ ready:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import node_is_cordoned, node_is_ready
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import RecordWriteError, write_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import node_is_cordoned, node_is_ready
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.record import RecordWriteError, write_record
 
 
 def main():

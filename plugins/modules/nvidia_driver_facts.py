@@ -193,11 +193,11 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._diagnosis import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.diagnosis import (
     diagnose,
     resolve_gather_subset,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import (
     COMPANION_MODULES,
     NVML_LIBRARY_DIRS,
     build_kernel_module,
@@ -216,13 +216,13 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import
     parse_sb_state,
     read_pci_devices,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_smi import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.smi import (
     classify_error,
     merge_mig_listing,
     parse_list,
     parse_query_xml,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import parse_kernel_log
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.xid import parse_kernel_log
 
 # Host paths, module level so tests can point them at a fake host tree.
 SYSFS_PCI = "/sys/bus/pci/devices"

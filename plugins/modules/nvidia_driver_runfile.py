@@ -166,14 +166,14 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import (
     NVML_LIBRARY_DIRS,
     nvml_library_version_from_filename,
     parse_modinfo,
     read_pci_devices,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_support import generation_of, resolve_module_type
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_driver import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.gpu_support import generation_of, resolve_module_type
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_install import (
     differences,
     installed_state,
     installer_argv,

@@ -116,10 +116,10 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as operator
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, MERGE_PATCH, api_client_from_module, api_error_message, request_json, resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import DRIVER_VERSION_PATTERN
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import DRIVER_VERSION_PATTERN
 
 CONFLICT_RETRIES = 3
 

@@ -94,8 +94,8 @@ not_held:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as operator
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, status_of)
 
 CONFLICT_RETRIES = 3

@@ -132,12 +132,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as operator
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
     resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import list_json
-from ansible_collections.gpuops.nvidia.plugins.module_utils._label_selector import to_query
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.selectors import to_query
 
 
 class Cluster:

@@ -68,9 +68,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, list_call, resource_path)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 

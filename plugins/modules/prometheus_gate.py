@@ -263,7 +263,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus import (
     AGGREGATES,
     OPERATORS,
     PrometheusAnswerError,
@@ -277,7 +277,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import (
     validate_query_specs,
     verdict,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus_http import PrometheusClient
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus_client import PrometheusClient
 
 
 def run_query(client, spec):

@@ -152,7 +152,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
@@ -160,7 +160,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     resource_path,
     status_of,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._lease_lock import decide, default_holder, result_of
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.lease_lock import decide, default_holder, result_of
 
 CONFLICT_RETRIES = 5
 LEASES_API = 'coordination.k8s.io/v1'

@@ -48,8 +48,8 @@ def module_utils(collections_path, name):
 
 
 def chain(collections_path):
-    return module_utils(collections_path, "_audit_chain")
+    return module_utils(collections_path, "audit.chain")
 
 
 def events(collections_path):
-    return module_utils(collections_path, "_audit_events")
+    return module_utils(collections_path, "audit.events")

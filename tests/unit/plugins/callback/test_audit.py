@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_chain import verify_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.chain import verify_file
 
 # the folder holding ansible_collections/ (this file is ansible_collections/gpuops/nvidia/tests/unit/plugins/callback/)
 COLLECTIONS_PATH = os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 7))

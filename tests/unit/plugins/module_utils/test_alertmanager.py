@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmanager import (
     AlertmanagerAnswerError,
     api_matcher,
     check_expired,
@@ -30,7 +30,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager import
     summary,
     validate_token,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time
 
 FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "alertmanager"))
 RUN = "20261203T020000Z-1a2b"

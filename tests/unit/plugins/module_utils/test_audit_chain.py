@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_chain import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.chain import (
     GENESIS, append_record, canonical, line_digest, read_last_line, read_lines, read_records, seal, verify_file,
     verify_lines,
 )

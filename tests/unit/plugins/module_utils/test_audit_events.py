@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._audit_events import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.events import (
     MESSAGE_MAX_CHARS, REDACTED, collection_info, is_secret_name, operator_identity, scrub, secret_values_from_mapping,
     sha256_of_extra_vars, sha256_of_paths, summarise_result,
 )

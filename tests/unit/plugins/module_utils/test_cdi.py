@@ -11,8 +11,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi, _cdi_schema
-from ansible_collections.gpuops.nvidia.plugins.module_utils._jsonschema import Validator, format_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import cdi as _cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import cdi_schema as _cdi_schema
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.jsonschema import Validator, format_path
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "cdi")
 SCHEMA_DIR = os.path.join(FIXTURES, "schema")

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as cc
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _toml
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import containerd_config as cc
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import toml as _toml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "containerd")
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import device_plugin as _device_plugin
 
 DAEMONSET = {"apiVersion": "apps/v1", "kind": "DaemonSet",
              "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system", "uid": "ds-uid"},

@@ -9,12 +9,12 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._diagnosis import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.diagnosis import (
     ALL_SUBSETS,
     diagnose,
     resolve_gather_subset,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import parse_kernel_log
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.xid import parse_kernel_log
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "kernel")
 RELEASE = "5.15.0-76-generic"

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _drain, _label_selector
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import drain as _drain
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import selectors as _label_selector
 
 
 def pod(name, namespace="default", owner=None, phase="Running", emptydir=False, mirror=False, labels=None,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import driver_state as ds
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "kernel")
 

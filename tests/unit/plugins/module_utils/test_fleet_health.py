@@ -14,8 +14,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _fleet_health as fh
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import fleet_health as fh
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")
 NOW = parse_time("2026-12-03T04:00:00Z")

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_support as gpu
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import gpu_support as gpu
 
 FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvidia_smi"))
 

@@ -10,8 +10,8 @@ import json
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_client
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import client as _k8s_client
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, K8sConfigError, api_error_message, build_api_client, status_from_response, status_of)
 
 pytest.importorskip("kubernetes")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.meta import json_annotation
 
 KEY = "gpuops.nvidia/driver-upgrade"
 

@@ -14,11 +14,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     JSON_PATCH, K8S_AUTH_ARG_SPEC, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, api_error_message, build_api_client,
     list_call, request, request_json, resource_path, served_versions, set_connection_pool_size, status_of,
     typed_patch_content_type)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import ListWatch, iter_lines, list_json
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch, iter_lines, list_json
 
 pytest.importorskip("kubernetes")
 

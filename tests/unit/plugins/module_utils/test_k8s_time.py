@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_micro_time, format_time, parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_micro_time, format_time, parse_time
 
 
 def test_time_micro_time_and_offsets():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_watch import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import (
     ListWatch, WatchError, iter_lines, watch_events)
 
 # The ERROR event kube-apiserver sends in a watch whose resourceVersion is too old.

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time
-from ansible_collections.gpuops.nvidia.plugins.module_utils._lease_lock import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.lease_lock import (
     decide, default_holder, lease_state, result_of)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")

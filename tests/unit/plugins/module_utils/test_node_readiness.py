@@ -10,8 +10,8 @@ import os
 
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_micro_time, format_time, parse_time
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_micro_time, format_time, parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import (
     NodeTracker, check_node, diagnosis, dra_api_version, dra_gpu_count, summary)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_driver as driver
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import parse_modinfo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import driver_install as driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import parse_modinfo
 
 FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 SIGNER = "gpuops.nvidia module signing key"

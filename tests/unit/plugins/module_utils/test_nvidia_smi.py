@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_smi import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.smi import (
     classify_error,
     merge_mig_listing,
     parse_list,

@@ -13,8 +13,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _operator_driver as op
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _upgrade_plan as plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as op
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import plan as plan
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")
 OLD, NEW = "595.91.07", "615.71.09"

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus import (
     PrometheusAnswerError,
     aggregate_samples,
     evaluate_query,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _rancher
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import rancher as _rancher
 
 
 def test_default_layout_of_k3s_and_rke2():

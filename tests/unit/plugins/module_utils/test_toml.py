@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _toml
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import toml as _toml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "containerd")
 ALL_FIXTURES = sorted(glob.glob(os.path.join(FIXTURES, "*.toml")))

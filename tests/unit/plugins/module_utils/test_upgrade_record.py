@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_record import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import RECORD_ANNOTATION
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.record import (
     REMEDIATION_EXCLUSIONS, RecordWriteError, clear_patch, current_record, record_patch, write_record)
 
 MEDIK8S = "remediation.medik8s.io/exclude-from-remediation"

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import XID_CATALOG, parse_kernel_log, xid_severity
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.xid import XID_CATALOG, parse_kernel_log, xid_severity
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvidia_smi")
 LOG_FILES = (

@@ -13,7 +13,7 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import cdi as _cdi
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
 from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import isolate_warnings, patch_module_args
 

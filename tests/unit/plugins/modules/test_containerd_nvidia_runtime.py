@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _toml
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import toml as _toml
 from ansible_collections.gpuops.nvidia.plugins.modules import containerd_nvidia_runtime
 from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import isolate_warnings, patch_module_args
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.meta import json_annotation
 
 CLUSTER_POLICY = {"group": "nvidia.com", "version": "v1", "plural": "clusterpolicies", "kind": "ClusterPolicy"}
 NVIDIA_DRIVER = {"group": "nvidia.com", "version": "v1alpha1", "plural": "nvidiadrivers", "kind": "NVIDIADriver"}

@@ -6,7 +6,7 @@
 
 Every Kubernetes module of this collection uses it the same way::
 
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
         K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message)
 
     argument_spec = dict(K8S_AUTH_ARG_SPEC, name=dict(type='str', required=True))

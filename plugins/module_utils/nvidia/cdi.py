@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi_schema
-from ansible_collections.gpuops.nvidia.plugins.module_utils._jsonschema import Validator, format_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import cdi_schema as _cdi_schema
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.jsonschema import Validator, format_path
 
 try:
     import yaml

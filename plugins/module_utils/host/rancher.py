@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as cc
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import containerd_config as cc
 
 DROP_IN_NAME = "99-nvidia.toml"
 FLAGS_NAME = "99-gpuops-nvidia.yaml"

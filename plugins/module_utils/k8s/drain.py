@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _label_selector
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import selectors as _label_selector
 
 CORDON_ANNOTATION = "gpuops.nvidia/cordon"
 REASON_ANNOTATION = "gpuops.nvidia/cordon-reason"

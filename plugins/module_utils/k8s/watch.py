@@ -23,7 +23,7 @@ import json
 import threading
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error_message, status_of
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import api_error_message, status_of
 
 RETRY_DELAYS_S = (0.5, 1, 2, 4, 8)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import datetime
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
-from ansible_collections.gpuops.nvidia.plugins.module_utils._upgrade_plan import RECORD_ANNOTATION, dump_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.meta import json_annotation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import RECORD_ANNOTATION, dump_record
 
 # Auto-remediators that would reboot or replace a node we are working on: medik8s (Node Healthcheck / Self Node
 # Remediation) and Cluster API's MachineHealthCheck.

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_micro_time, parse_time
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import parse_matcher
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_micro_time, parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus import parse_matcher
 
 # node-exporter's instance is "<host>:9100" when scraped as is, the node name after kube-prometheus' relabelling;
 # dcgm-exporter 4.x puts the node name (its NODE_NAME) in Hostname; kube-state-metrics and kubelet alerts carry node

@@ -19,8 +19,8 @@ import hashlib
 import json
 import math
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import parse_time
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_readiness import dra_gpu_count
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import dra_gpu_count
 
 SEVERITIES = ("critical", "error", "warning", "info")
 GPU_RESOURCE = "nvidia.com/gpu"

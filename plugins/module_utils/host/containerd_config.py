@@ -19,7 +19,7 @@ import fnmatch
 import posixpath
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _toml
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import toml as _toml
 
 CRI_PLUGIN_V2 = "io.containerd.grpc.v1.cri"
 CRI_PLUGIN_V3 = "io.containerd.cri.v1.runtime"

@@ -7,7 +7,7 @@ when its replacement is up, and the node's GPU capacity and allocatable before a
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _label_selector
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import selectors as _label_selector
 
 DAEMONSET_NAME = "nvidia-device-plugin-daemonset"
 # Where the two usual installs put it: NVIDIA/k8s-device-plugin's static manifest (and its Helm chart's default

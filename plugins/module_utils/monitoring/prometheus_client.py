@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _http_api as http_api
-from ansible_collections.gpuops.nvidia.plugins.module_utils._prometheus import PrometheusAnswerError, parse_api_answer
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring import http as http_api
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus import PrometheusAnswerError, parse_api_answer
 
 
 class PrometheusClient:

@@ -12,7 +12,7 @@ when every check passed) so ``stable_seconds`` and "a Ready condition after the 
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import format_micro_time, format_time, parse_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_micro_time, format_time, parse_time
 
 DRA = 'dra'
 DRA_DRIVER = 'gpu.nvidia.com'

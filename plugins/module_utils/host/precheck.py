@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_support as gpu
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import gpu_support as gpu
 
 CONTAINERD_VERSION_RE = re.compile(r"\bv?(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 CONTAINERD_CDI_MIN = "1.7.0"

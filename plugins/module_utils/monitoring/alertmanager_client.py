@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from urllib.parse import quote, urlencode
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _http_api as http_api
-from ansible_collections.gpuops.nvidia.plugins.module_utils._alertmanager import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring import http as http_api
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmanager import (
     AlertmanagerAnswerError,
     check_expired,
     parse_created_id,

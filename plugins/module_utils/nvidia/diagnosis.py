@@ -11,14 +11,14 @@ facts were gathered and orders the result by layer, then severity.
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import (
     common_name,
     is_gpu_class,
     normalize_fingerprint,
     nvidia_dkms_entries,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_smi import sysfs_pci_address
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import XID_CATALOG, xid_severity
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.smi import sysfs_pci_address
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.xid import XID_CATALOG, xid_severity
 
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
 ALL_SUBSETS = frozenset(("pci", "kernel", "nvml", "secure_boot", "dkms", "xid"))

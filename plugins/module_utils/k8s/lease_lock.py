@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_time import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import (
     format_micro_time,
     format_time,
     parse_time,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_support as gpu
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import gpu_support as gpu
 
 # -M/--kernel-module-type appeared in 555.42.02; older runfiles only know -m=kernel-open (deprecated since).
 KERNEL_MODULE_TYPE_OPTION_BRANCH = 555

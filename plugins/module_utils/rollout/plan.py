@@ -21,8 +21,8 @@ import re
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._drain import budget_report, classify_pods
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_meta import json_annotation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain import budget_report, classify_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.meta import json_annotation
 
 RECORD_ANNOTATION = "gpuops.nvidia/driver-upgrade"
 OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
