@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import mok as mok
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import mok
 
 KERNEL_FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "kernel"))
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as op
-from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import plan as plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import plan
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")
 OLD, NEW = "595.91.07", "615.71.09"

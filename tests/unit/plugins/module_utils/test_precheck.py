@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.host import precheck as precheck
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import precheck
 
 HOST_FIXTURES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "host"))
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import plan as plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import plan
 
 NODES8 = ["gpu-node-%02d" % number for number in range(1, 9)]
 
