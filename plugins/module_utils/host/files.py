@@ -2,17 +2,39 @@
 # Copyright: (c) 2026, gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Write a configuration file atomically, with a temporary name that directory scanners skip.
+"""Host files: the one reader (read_bytes, read_text) and the one atomic writer (write_atomic) of this collection.
 
-AnsibleModule.atomic_move may fall back to a temporary file named `.ansible_tmpXXXX<name>` in the target directory,
-which a CDI or containerd reader globbing `*.yaml`/`*.toml` would load half-written. Here the temporary file is
-`.<name>.XXXX.tmp` in the same directory, fsynced, then renamed over the target.
+The writer's temporary name is one directory scanners skip: AnsibleModule.atomic_move may fall back to a
+temporary file named `.ansible_tmpXXXX<name>` in the target directory, which a CDI or containerd reader globbing
+`*.yaml`/`*.toml` would load half-written. Here the temporary file is `.<name>.XXXX.tmp` in the same directory,
+created mode 0600, fsynced, given its mode, then renamed over the target.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+
+
+def read_bytes(path, strict=False):
+    """The file's bytes; None when it does not exist.
+
+    Any other failure to read (no permission, a directory) also gives None, unless strict: then it raises OSError.
+    """
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        if strict and os.path.exists(path):
+            raise
+        return None
+
+
+def read_text(path, strict=False):
+    """The file's text, decoded as UTF-8 (UnicodeDecodeError when it is not), line ends as stored; None as for
+    read_bytes."""
+    data = read_bytes(path, strict=strict)
+    return None if data is None else data.decode("utf-8")
 
 
 def missing_dirs(directory):

@@ -2,9 +2,10 @@
 # Copyright: (c) 2026, gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Runs the real module main() on a fake host: a tmp_path tree for /sys, /proc, /dev and /lib/modules
-(the module's path constants point there) and shell scripts on PATH that print real fixture outputs
-in place of nvidia-smi, mokutil, modinfo, dkms, lsmod and dmesg. Gathering and parsing are the real code.
+"""Runs the real module main() on a fake host: a tmp_path tree for /sys, /proc, /dev and /lib/modules (the path
+constants of nvidia/node_facts.py, which gathers for the module, point there) and shell scripts on PATH that print
+real fixture outputs in place of nvidia-smi, mokutil, modinfo, dkms, lsmod and dmesg. Gathering and parsing are
+the real code.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import stat
 
 import pytest
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import node_facts
 from ansible_collections.gpuops.nvidia.plugins.modules import nvidia_driver_facts
 from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import patch_module_args
 
@@ -71,9 +73,9 @@ class FakeHost:
                                    ("SYSFS_EFI", "sys/firmware/efi"), ("PROC_MODULES", "proc/modules"),
                                    ("PROC_DRIVER_VERSION", "proc/driver/nvidia/version"), ("DEV_DIR", "dev"),
                                    ("LIB_MODULES", "lib/modules")):
-            monkeypatch.setattr(nvidia_driver_facts, constant, str(self.root / relative))
-        monkeypatch.setattr(nvidia_driver_facts, "NVML_LIBRARY_DIRS", (str(self.root / "usr/lib/x86_64-linux-gnu"),))
-        monkeypatch.setattr(nvidia_driver_facts, "C_LIBRARY_HEADER", str(self.root / "usr/include/stdio.h"))
+            monkeypatch.setattr(node_facts, constant, str(self.root / relative))
+        monkeypatch.setattr(node_facts, "NVML_LIBRARY_DIRS", (str(self.root / "usr/lib/x86_64-linux-gnu"),))
+        monkeypatch.setattr(node_facts, "C_LIBRARY_HEADER", str(self.root / "usr/include/stdio.h"))
         (self.root / "sys/bus/pci/devices").mkdir(parents=True)
         (self.root / "sys/module").mkdir(parents=True)
         (self.root / "dev").mkdir()
@@ -216,7 +218,7 @@ def test_healthy_a100_mig_node_has_full_facts_and_no_diagnosis(host, capsys):
     assert [(mig["index"], mig["gpu_instance_id"], mig["profile"], mig["memory_total_mib"]) for mig in gpu["mig_devices"]] == [
         (0, 3, "2g.20gb", 19968), (1, 4, "2g.20gb", 19968), (2, 5, "2g.20gb", 19968), (3, 6, "2g.20gb", 19968)]
     assert gpu["mig_devices"][0]["uuid"] == "MIG-00000000-0000-0000-0000-000000000000"
-    assert set(gpu) == set(nvidia_driver_facts.GPU_FACT_KEYS)
+    assert set(gpu) == set(node_facts.GPU_FACT_KEYS)
     assert facts["device_nodes"] == [host.device_node("nvidia0"), host.device_node("nvidiactl")]
     assert facts["secure_boot"] == {"enabled": True, "setup_mode": False, "source": "mokutil"}
     assert facts["mok"]["enrolled"][0]["fingerprint"] == "76a092065800bf376901c372cd55a90e1fded2e0"
