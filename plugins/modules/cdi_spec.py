@@ -104,6 +104,10 @@ options:
     type: list
     elements: str
     default: []
+  timeout:
+    description: Seconds C(nvidia-ctk cdi generate) may run (under coreutils C(timeout) when present).
+    type: int
+    default: 60
   facts:
     description:
       - The C(ansible_facts.nvidia_driver) dictionary returned by M(gpuops.nvidia.nvidia_driver_facts). Required
@@ -226,25 +230,18 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.host import files as _atomic_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import files as _host_files
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.command import CommandRunner
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia import cdi as _cdi
 
 # At most this many validation errors go into msg; all are in the errors return value.
 _ERRORS_IN_MESSAGE = 5
 
 
-def _read_file(path):
-    """The file's text, or None when it does not exist."""
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8")
-
-
 def _read_existing(module, path, fmt):
     """(text, parsed spec or None); warns when the file is there but is not a spec."""
     try:
-        text = _read_file(path)
+        text = _host_files.read_text(path, strict=True)
     except (IOError, OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg="cannot read %s: %s" % (path, to_native(exc)))
     if text is None:
@@ -276,15 +273,16 @@ def _run_nvidia_ctk(module, kind):
         vendor, _sep, device_class = kind.partition("/")
         argv += ["--vendor", vendor, "--class", device_class]
     argv += module.params["nvidia_ctk_args"]
-    rc, stdout, stderr = module.run_command(argv, check_rc=False)
-    if rc != 0:
-        module.fail_json(msg="nvidia-ctk cdi generate failed (rc %d): %s" % (rc, stderr.strip() or stdout.strip()),
-                         cmd=argv, rc=rc, stdout=stdout, stderr=stderr)
+    run = CommandRunner(module, module.params["timeout"]).run(argv)
+    if run.rc != 0:
+        module.fail_json(msg="nvidia-ctk cdi generate failed (rc %d): %s" % (run.rc, run.stderr.strip() or
+                                                                           run.stdout.strip()),
+                         cmd=argv, rc=run.rc, stdout=run.stdout, stderr=run.stderr)
     try:
-        spec = _cdi.parse(stdout, "yaml")
+        spec = _cdi.parse(run.stdout, "yaml")
     except _cdi.CDIError as exc:
         module.fail_json(msg="cannot parse the output of nvidia-ctk cdi generate: %s" % to_native(exc), cmd=argv,
-                         stdout=stdout)
+                         stdout=run.stdout)
     if not isinstance(spec, dict) or spec.get("kind") != kind:
         module.fail_json(msg="nvidia-ctk cdi generate produced kind %r, expected %r"
                              % (spec.get("kind") if isinstance(spec, dict) else None, kind), cmd=argv)
@@ -328,7 +326,7 @@ def _other_specs(module, path):
         if other == path or not os.path.isfile(other) or not entry.endswith((".json", ".yaml")):
             continue
         try:
-            yield other, _cdi.parse(_read_file(other), _cdi.spec_format(other))
+            yield other, _cdi.parse(_host_files.read_text(other, strict=True), _cdi.spec_format(other))
         except _cdi.YAMLUnavailableError:
             module.warn("cannot check %s for duplicate devices: reading YAML needs PyYAML" % other)
         except (_cdi.CDIError, IOError, OSError, UnicodeDecodeError):
@@ -357,7 +355,7 @@ def _remove(module, path):
     if not os.path.lexists(path):
         module.exit_json(**result)
     try:
-        before_text = _read_file(path)
+        before_text = _host_files.read_text(path, strict=True)
     except (IOError, OSError, UnicodeDecodeError):
         before_text = ""
     result["changed"] = True
@@ -389,7 +387,7 @@ def _ensure_present(module, path, fmt):
         result["diff"] = _diff(path, before_text, after_text)
     if changed and not module.check_mode:
         try:
-            _atomic_file.write_atomic(path, to_bytes(after_text))
+            _host_files.write_atomic(path, to_bytes(after_text))
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot write %s: %s" % (path, to_native(exc)))
     module.exit_json(**result)
@@ -419,6 +417,7 @@ def main():
             nvidia_ctk_args=dict(type="list", elements="str", default=[]),
             facts=dict(type="dict"),
             cdi_version=dict(type="str"),
+            timeout=dict(type="int", default=60),
         ),
         mutually_exclusive=[("devices", "generator")],
         required_if=[("state", "present", ("devices", "generator"), True), ("state", "refreshed", ("generator",)),

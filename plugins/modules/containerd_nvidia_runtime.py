@@ -121,6 +121,10 @@ options:
       - The file whose presence records that a changed config still waits for a restart of RV(service).
     type: path
     default: /var/lib/gpuops/containerd-restart-pending
+  timeout:
+    description: Seconds each C(containerd) command may run (under coreutils C(timeout) when present).
+    type: int
+    default: 60
 notes:
   - A main config without C(version) (version 1) is refused, as it cannot import a drop-in. Migrate it first.
   - The copied CRI table freezes the main config's CRI settings into the drop-in; after editing the main config's
@@ -222,7 +226,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.host import files as _atomic_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import files as _host_files
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.command import CommandRunner
 from ansible_collections.gpuops.nvidia.plugins.module_utils.host import toml as _toml
 from ansible_collections.gpuops.nvidia.plugins.module_utils.host import containerd_config as cc
 from ansible_collections.gpuops.nvidia.plugins.module_utils.host import rancher as _rancher
@@ -233,11 +238,8 @@ _DUMP_ERROR_CHARS = 2000
 def _read(module, path):
     """The file's text, or None when it does not exist."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8")
+        return _host_files.read_text(path, strict=True)
     except (IOError, OSError) as exc:
-        if not os.path.exists(path):
-            return None
         module.fail_json(msg="cannot read %s: %s" % (path, to_native(exc)))
     except UnicodeDecodeError:
         module.fail_json(msg="%s is not UTF-8 text" % path)
@@ -253,36 +255,37 @@ def _parse(module, path, text):
 class _Containerd:
     """The containerd binary: version and config dump, or None when absent."""
 
-    def __init__(self, module, embedded=()):
+    def __init__(self, module, runner, embedded=()):
         """embedded: the binaries k3s/RKE2 ship, used unless an absolute path is given, never one on PATH (the
         distribution's containerd may be another release than theirs and would misjudge their config)."""
         self.module = module
+        self.runner = runner
         program = module.params["containerd"]
         if os.path.isabs(program):
             candidates = [program]
         elif embedded:
             candidates = list(embedded)
         else:
-            candidates = [module.get_bin_path(program)]
+            candidates = [runner.find(program)]
         self.binary = next((path for path in candidates if path and os.access(path, os.X_OK)), None)
 
     def version(self):
-        rc, stdout, stderr = self.module.run_command([self.binary, "--version"], check_rc=False)
-        if rc != 0:
-            self.module.fail_json(msg="containerd --version failed (rc %d): %s" % (rc, stderr.strip()))
+        result = self.runner.run([self.binary, "--version"])
+        if result.rc != 0:
+            self.module.fail_json(msg="containerd --version failed (rc %d): %s" % (result.rc, result.stderr.strip()))
         try:
-            return cc.parse_containerd_version(stdout)
+            return cc.parse_containerd_version(result.stdout)
         except cc.ContainerdConfigError as exc:
             self.module.fail_json(msg=to_native(exc))
 
     def dump(self, config_path):
         """(parsed dump, None) or (None, error text)."""
         argv = [self.binary, "--config", config_path, "config", "dump"]
-        rc, stdout, stderr = self.module.run_command(argv, check_rc=False)
-        if rc != 0:
-            return None, (stderr.strip() or stdout.strip())[-_DUMP_ERROR_CHARS:]
+        result = self.runner.run(argv)
+        if result.rc != 0:
+            return None, (result.stderr.strip() or result.stdout.strip())[-_DUMP_ERROR_CHARS:]
         try:
-            return _toml.loads(stdout), None
+            return _toml.loads(result.stdout), None
         except _toml.TOMLError as exc:
             return None, "unreadable dump: %s" % to_native(exc)
 
@@ -329,7 +332,7 @@ def _put(path, text):
         if os.path.lexists(path):
             os.unlink(path)
     else:
-        _atomic_file.write_atomic(path, to_bytes(text))
+        _host_files.write_atomic(path, to_bytes(text))
 
 
 def _configure_containerd(module, result, runtimes, containerd):
@@ -455,6 +458,7 @@ def main():
             "rancher_data_dir": {"type": "path"},
             "rancher_config_dir": {"type": "path"},
             "restart_marker": {"type": "path", "default": "/var/lib/gpuops/containerd-restart-pending"},
+            "timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )
@@ -462,7 +466,7 @@ def main():
     flavor = _flavor(module)
     embedded = () if flavor == "containerd" else _rancher.layout(flavor, module.params["rancher_data_dir"])[
         "containerd_binaries"]
-    containerd = _Containerd(module, embedded)
+    containerd = _Containerd(module, CommandRunner(module, module.params["timeout"]), embedded)
     result = {"changed": False, "flavor": flavor, "drop_in_path": None, "flags_path": None, "files_changed": [],
               "cdi_enabled": False, "validated": False}
     if flavor == "containerd":
@@ -484,7 +488,7 @@ def main():
                                  % to_native(exc), **result)
         if can_validate:
             _validate_after(module, containerd, dump_config, plan, runtimes, result)
-        _atomic_file.write_atomic(marker, b"config changed; restart %s to apply it\n" % to_bytes(result["service"]),
+        _host_files.write_atomic(marker, b"config changed; restart %s to apply it\n" % to_bytes(result["service"]),
                                   mode=0o644, dir_mode=0o700)
     elif can_validate and not plan.files:
         _validate_after(module, containerd, dump_config, plan, runtimes, result)

@@ -143,6 +143,8 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.command import CommandRunner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.files import read_bytes, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import parse_mok_list, parse_sb_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.mok import (
     certificate_subject_cn,
@@ -154,76 +156,38 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.mok import (
 )
 
 
-class Node:
-    """Commands and files on the node."""
-
-    def __init__(self, module):
-        self.module = module
-        self.timeout_bin = module.get_bin_path("timeout")
-
-    def tool(self, name, required=False):
-        return self.module.get_bin_path(name, required=required)
-
-    def run(self, argv, data=None, check=False, what=None):
-        full = ([self.timeout_bin, str(self.module.params["timeout"])] if self.timeout_bin else []) + list(argv)
-        rc, out, err = self.module.run_command(full, data=data, environ_update={"LC_ALL": "C", "LANG": "C"})
-        if check and rc != 0:
-            self.module.fail_json(msg="%s failed (rc %d): %s" % (what or os.path.basename(argv[0]), rc,
-                                                                 (err or out).strip()))
-        return rc, out, err
-
-    def openssl(self, args, what):
-        return self.run([self.tool("openssl", required=True)] + args, check=True, what=what)[1]
+def openssl(runner, args, what):
+    """openssl's stdout; the module fails naming `what` when openssl is missing or fails."""
+    return runner.run_or_fail([runner.find("openssl", required=True)] + args, what=what).stdout
 
 
-def read_bytes(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def write_atomic(path, data, mode):
-    """Write bytes through a temporary file in the same directory; the file has `mode` before it holds data."""
-    handle, temporary = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            os.fchmod(stream.fileno(), mode)
-            stream.write(data)
-        os.rename(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-
-
-def certificate_facts(node, der_path):
-    text = node.openssl(["x509", "-inform", "DER", "-in", der_path, "-noout", "-text"], "reading the certificate")
-    subject = node.openssl(["x509", "-inform", "DER", "-in", der_path, "-noout", "-subject"], "reading its subject")
+def certificate_facts(runner, der_path):
+    text = openssl(runner, ["x509", "-inform", "DER", "-in", der_path, "-noout", "-text"], "reading the certificate")
+    subject = openssl(runner, ["x509", "-inform", "DER", "-in", der_path, "-noout", "-subject"], "reading its subject")
     return {"code_signing": has_code_signing_usage(text), "subject": certificate_subject_cn(subject),
             "fingerprint": hashlib.sha1(read_bytes(der_path)).hexdigest()}
 
 
-def pair_matches(node, key_path, der_path):
-    certificate_key = node.openssl(["x509", "-inform", "DER", "-in", der_path, "-noout", "-pubkey"],
-                                   "reading the certificate's public key")
-    private_key = node.openssl(["pkey", "-in", key_path, "-pubout"], "reading the private key")
+def pair_matches(runner, key_path, der_path):
+    certificate_key = openssl(runner, ["x509", "-inform", "DER", "-in", der_path, "-noout", "-pubkey"],
+                              "reading the certificate's public key")
+    private_key = openssl(runner, ["pkey", "-in", key_path, "-pubout"], "reading the private key")
     return certificate_key.strip() == private_key.strip()
 
 
-def enrollment_of(node, mokutil, der_path, fingerprint):
+def enrollment_of(runner, mokutil, der_path, fingerprint):
     """'enrolled', 'pending', 'not_enrolled', or None (no EFI or mokutil could not tell)."""
-    rc, out, err = node.run([mokutil, "--test-key", der_path])
-    answer = parse_test_key(out + err)
+    test = runner.run([mokutil, "--test-key", der_path])
+    answer = parse_test_key(test.stdout + test.stderr)
     if answer != "not_enrolled":
         return answer
-    rc, out, err = node.run([mokutil, "--list-new"])
-    if rc == 0 and any(key["fingerprint"] == fingerprint for key in parse_mok_list(out)):
+    staged = runner.run([mokutil, "--list-new"])
+    if staged.rc == 0 and any(key["fingerprint"] == fingerprint for key in parse_mok_list(staged.stdout)):
         return "pending"
     return "not_enrolled"
 
 
-def stage_from_content(module, node, workdir):
+def stage_from_content(module, runner, workdir):
     """The vault key pair in a private work dir: (key path, DER path) to check before anything is written."""
     params = module.params
     key_path = os.path.join(workdir, "key.pem")
@@ -231,16 +195,16 @@ def stage_from_content(module, node, workdir):
     der_path = os.path.join(workdir, "cert.der")
     write_atomic(key_path, params["private_key_content"].encode(), 0o600)
     write_atomic(pem_path, params["certificate_content"].encode(), 0o600)
-    node.openssl(["x509", "-inform", "PEM", "-in", pem_path, "-outform", "DER", "-out", der_path],
-                 "converting certificate_content (PEM) to DER")
+    openssl(runner, ["x509", "-inform", "PEM", "-in", pem_path, "-outform", "DER", "-out", der_path],
+            "converting certificate_content (PEM) to DER")
     return key_path, der_path
 
 
-def efi_present(node, mokutil):
+def efi_present(runner, mokutil):
     if not mokutil:
         return os.path.isdir("/sys/firmware/efi")
-    rc, out, err = node.run([mokutil, "--sb-state"])
-    state = parse_sb_state(out + "\n" + err)
+    result = runner.run([mokutil, "--sb-state"])
+    state = parse_sb_state(result.stdout + "\n" + result.stderr)
     return state is not None and state["enabled"] is not None
 
 
@@ -262,10 +226,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    node = Node(module)
+    runner = CommandRunner(module, params["timeout"])
     key_path, cert_path = params["private_key_path"], params["certificate_path"]
-    mokutil = node.tool("mokutil")
-    enroll = params["enroll"] and efi_present(node, mokutil)
+    mokutil = runner.find("mokutil")
+    enroll = params["enroll"] and efi_present(runner, mokutil)
     if enroll and not mokutil:
         module.fail_json(msg="mokutil is needed to stage the MOK for enrolment and is not installed")
     content_given = bool(params["private_key_content"])
@@ -274,21 +238,21 @@ def main():
     # read and decide; nothing on the node changes before the plan holds
     candidate_key, candidate_der = key_path, cert_path
     if content_given:
-        candidate_key, candidate_der = stage_from_content(module, node, workdir)
+        candidate_key, candidate_der = stage_from_content(module, runner, workdir)
     have = {"private_key": os.path.exists(key_path), "certificate": os.path.exists(cert_path)}
     certificate = None
     enrollment = None
     if content_given or (have["private_key"] and have["certificate"]):
-        certificate = certificate_facts(node, candidate_der)
+        certificate = certificate_facts(runner, candidate_der)
         if not certificate["code_signing"]:
             module.fail_json(msg="the certificate %s has no Code Signing extended key usage: the kernel would not "
                                  "accept modules it signs; nothing was changed" % (
                                      "certificate_content" if content_given else cert_path))
-        if not pair_matches(node, candidate_key, candidate_der):
+        if not pair_matches(runner, candidate_key, candidate_der):
             module.fail_json(msg="the private key does not belong to the certificate (%s); nothing was changed"
                              % ("private_key_content" if content_given else key_path))
         if enroll:
-            enrollment = enrollment_of(node, mokutil, candidate_der, certificate["fingerprint"])
+            enrollment = enrollment_of(runner, mokutil, candidate_der, certificate["fingerprint"])
     decision = plan(have, content_given, enrollment, bool(params["password"]), enroll)
     if decision["error"]:
         module.fail_json(msg="%s; nothing was changed" % decision["error"])
@@ -318,24 +282,22 @@ def main():
             os.makedirs(directory, 0o700)
     if decision["key_action"] == "generate":
         subject = params["subject"]
-        node.run(openssl_generate_argv(node.tool("openssl", required=True), key_path, cert_path, subject,
-                                       params["days"]), check=True, what="openssl req (generating the MOK)")
+        runner.run_or_fail(openssl_generate_argv(runner.find("openssl", required=True), key_path, cert_path, subject,
+                                                 params["days"]), what="openssl req (generating the MOK)")
     elif key_changed:
         write_atomic(key_path, read_bytes(candidate_key), 0o600)
         write_atomic(cert_path, read_bytes(candidate_der), 0o644)
     os.chmod(key_path, 0o600)
     if decision["key_action"] == "generate":
-        certificate = certificate_facts(node, cert_path)
+        certificate = certificate_facts(runner, cert_path)
         result.update(subject=certificate["subject"], fingerprint=certificate["fingerprint"])
     if conf_changed:
-        if not os.path.isdir(os.path.dirname(conf_path)):
-            os.makedirs(os.path.dirname(conf_path), 0o755)
         write_atomic(conf_path, conf_text.encode(), 0o644)
     if decision["stage"]:
         password = params["password"]
-        node.run([mokutil, "--import", cert_path], data="%s\n%s" % (password, password), check=True,
-                 what="mokutil --import")
-        if enrollment_of(node, mokutil, cert_path, certificate["fingerprint"]) != "pending":
+        runner.run_or_fail([mokutil, "--import", cert_path], data="%s\n%s" % (password, password),
+                           what="mokutil --import")
+        if enrollment_of(runner, mokutil, cert_path, certificate["fingerprint"]) != "pending":
             module.fail_json(msg="mokutil --import returned success but the key is not in the pending MOK list",
                              **result)
     module.exit_json(**result)

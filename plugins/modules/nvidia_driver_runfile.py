@@ -166,6 +166,8 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.command import CommandRunner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host.files import read_text, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.driver_state import (
     NVML_LIBRARY_DIRS,
     nvml_library_version_from_filename,
@@ -188,14 +190,7 @@ SYSFS_PCI = "/sys/bus/pci/devices"
 SYSFS_NVIDIA_VERSION = "/sys/module/nvidia/version"
 RECORD_NAME = "nvidia_driver.json"
 INSTALLER_LOG = "/var/log/nvidia-installer.log"
-
-
-def read_text(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
+QUERY_TIMEOUT = 60  # seconds for modinfo and nvidia-smi; the installer gets the timeout option
 
 
 def sha256_of(path):
@@ -206,44 +201,34 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
-class Node:
-    def __init__(self, module):
-        self.module = module
-        self.timeout_bin = module.get_bin_path("timeout")
+def userspace_version():
+    for directory in NVML_LIBRARY_DIRS:
+        library = os.path.join(directory, "libnvidia-ml.so.1")
+        if os.path.exists(library):
+            return nvml_library_version_from_filename(os.path.basename(os.path.realpath(library)))
+    return None
 
-    def tool(self, name):
-        return self.module.get_bin_path(name)
 
-    def run(self, argv, timeout=60, cwd=None):
-        full = ([self.timeout_bin, str(timeout)] if self.timeout_bin else []) + list(argv)
-        return self.module.run_command(full, cwd=cwd, environ_update={"LC_ALL": "C", "LANG": "C"})
+def module_info(runner, kernel_release):
+    modinfo = runner.find("modinfo")
+    if not modinfo:
+        return {}
+    result = runner.run([modinfo, "-k", kernel_release, "nvidia"])
+    return parse_modinfo(result.stdout) if result.rc == 0 else {}
 
-    def userspace_version(self):
-        for directory in NVML_LIBRARY_DIRS:
-            library = os.path.join(directory, "libnvidia-ml.so.1")
-            if os.path.exists(library):
-                return nvml_library_version_from_filename(os.path.basename(os.path.realpath(library)))
-        return None
 
-    def module_info(self, kernel_release):
-        modinfo = self.tool("modinfo")
-        if not modinfo:
-            return {}
-        rc, out, err = self.run([modinfo, "-k", kernel_release, "nvidia"])
-        return parse_modinfo(out) if rc == 0 else {}
+def node_state(runner, kernel_release):
+    info = module_info(runner, kernel_release)
+    loaded = (read_text(SYSFS_NVIDIA_VERSION) or "").strip() or None
+    return installed_state(userspace_version(), info.get("version"), info.get("license"), info.get("signer"), loaded)
 
-    def state(self, kernel_release):
-        info = self.module_info(kernel_release)
-        loaded = (read_text(SYSFS_NVIDIA_VERSION) or "").strip() or None
-        return installed_state(self.userspace_version(), info.get("version"), info.get("license"),
-                               info.get("signer"), loaded)
 
-    def gpu_processes(self):
-        smi = self.tool("nvidia-smi")
-        if not smi:
-            return []
-        rc, out, err = self.run([smi, "-q", "-x"])
-        return parse_gpu_processes(out) if rc == 0 else []
+def gpu_processes(runner):
+    smi = runner.find("nvidia-smi")
+    if not smi:
+        return []
+    result = runner.run([smi, "-q", "-x"])
+    return parse_gpu_processes(result.stdout) if result.rc == 0 else []
 
 
 def load_record(path):
@@ -254,21 +239,13 @@ def load_record(path):
 
 
 def write_record(path, record):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(record, handle, indent=1, sort_keys=True)
-        handle.write("\n")
-    os.chmod(temporary, 0o644)
-    os.rename(temporary, path)
+    write_atomic(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
 
 
-def installer_failure(module, argv, rc, out, err, **result):
+def installer_failure(module, run, **result):
     log_tail = "\n".join((read_text(INSTALLER_LOG) or "").splitlines()[-20:])
-    module.fail_json(msg="the NVIDIA installer failed (rc %d): %s" % (rc, (err or out).strip()),
-                     installer_argv=argv, installer_log_tail=log_tail, **result)
+    module.fail_json(msg="the NVIDIA installer failed (rc %d): %s" % (run.rc, (run.stderr or run.stdout).strip()),
+                     installer_argv=run.argv, installer_log_tail=log_tail, **result)
 
 
 def resolve_type(module):
@@ -282,7 +259,7 @@ def resolve_type(module):
     return decision
 
 
-def ensure_absent(module, node, record_path, record, state):
+def ensure_absent(module, runner, record_path, record, state):
     params = module.params
     installed = state["userspace_version"] or state["module_version"]
     result = {"changed": bool(installed), "installed": None, "previous": None, "reasons": [],
@@ -293,20 +270,20 @@ def ensure_absent(module, node, record_path, record, state):
         module.exit_json(**result)
     result["previous"] = {"version": installed, "method": (record or {}).get("method") or "unknown",
                           "kernel_module_type": state["module_flavor"]}
-    result["gpu_processes"] = node.gpu_processes()
+    result["gpu_processes"] = gpu_processes(runner)
     if result["gpu_processes"] and not params["allow_gpu_processes"]:
         module.fail_json(msg="%d process(es) use the GPUs; drain the node first (or allow_gpu_processes); nothing "
                              "was changed" % len(result["gpu_processes"]), **result)
-    uninstaller = node.tool("nvidia-uninstall")
+    uninstaller = runner.find("nvidia-uninstall")
     if not uninstaller:
         module.fail_json(msg="the driver %s was not installed by a runfile (no nvidia-uninstall): remove it with "
                              "the method that installed it" % installed, **result)
     result["installer_argv"] = [uninstaller, "--silent"]
     if module.check_mode:
         module.exit_json(**result)
-    rc, out, err = node.run(result["installer_argv"], timeout=params["timeout"])
-    if rc != 0:
-        installer_failure(module, result["installer_argv"], rc, out, err)
+    run = runner.run(result["installer_argv"], timeout=params["timeout"])
+    if run.rc != 0:
+        installer_failure(module, run)
     write_record(record_path, new_record(record, state, None, None, None, None, None, now()))
     module.exit_json(**result)
 
@@ -343,14 +320,14 @@ def main():
     errors += request_problems(params["version"], params["dkms"], bool(params["signing_key"]))
     if errors:
         module.fail_json(msg="; ".join(errors) + "; nothing was changed")
-    node = Node(module)
+    runner = CommandRunner(module, QUERY_TIMEOUT)
     running = os.uname()[2]
     kernel_release = params["kernel_release"] or running
     record_path = os.path.join(params["state_dir"], RECORD_NAME)
     record = load_record(record_path)
-    state = node.state(kernel_release)
+    state = node_state(runner, kernel_release)
     if params["state"] == "absent":
-        ensure_absent(module, node, record_path, record, state)
+        ensure_absent(module, runner, record_path, record, state)
 
     version = params["version"]
     runfile = params["runfile"]
@@ -384,7 +361,7 @@ def main():
     new = new_record(record, state, version, "runfile", module_type, params["signer"], runfile_sha256, now())
     result["previous"] = new["previous"]
     if state["loaded_version"]:
-        result["gpu_processes"] = node.gpu_processes()
+        result["gpu_processes"] = gpu_processes(runner)
         if result["gpu_processes"] and not params["allow_gpu_processes"]:
             module.fail_json(msg="%d process(es) use the GPUs (%s); drain the node first, or set allow_gpu_processes; "
                                  "nothing was changed" % (len(result["gpu_processes"]), ", ".join(
@@ -395,10 +372,10 @@ def main():
 
     workdir = os.path.join(module.tmpdir, "runfile")
     os.makedirs(workdir)
-    rc, out, err = node.run(argv, timeout=params["timeout"], cwd=workdir)
-    if rc != 0:
-        installer_failure(module, argv, rc, out, err, previous=result["previous"])
-    after = node.state(kernel_release)
+    run = runner.run(argv, timeout=params["timeout"], cwd=workdir)
+    if run.rc != 0:
+        installer_failure(module, run, previous=result["previous"])
+    after = node_state(runner, kernel_release)
     left = differences(after, version, module_type, params["signer"])
     if left:
         module.fail_json(msg="the installer succeeded but the node is not at the request: %s" % "; ".join(left),

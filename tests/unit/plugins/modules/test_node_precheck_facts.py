@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Runs the real node_precheck_facts main() on a fake host: a tmp_path tree for /sys, /proc, /boot, /lib/modules
-and the kubelet flag files (the module's path constants point there) and scripts on PATH printing what mokutil,
-containerd and openssl print. Gathering and judging are the real code."""
+and the kubelet flag files (the path constants of host/precheck_facts.py point there) and scripts on PATH printing
+what mokutil, containerd and openssl print. Gathering and judging are the real code."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.host import precheck_facts
 from ansible_collections.gpuops.nvidia.plugins.modules import node_precheck_facts
 from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import patch_module_args
 
@@ -36,8 +37,8 @@ class FakeHost:
                                    ("SYSFS_EFI", "sys/firmware/efi"), ("PROC_MODULES", "proc/modules"),
                                    ("PROC_SWAPS", "proc/swaps"), ("PROC_MEMINFO", "proc/meminfo"),
                                    ("BOOT_DIR", "boot"), ("LIB_MODULES", "lib/modules")):
-            monkeypatch.setattr(node_precheck_facts, constant, str(self.root / relative))
-        monkeypatch.setattr(node_precheck_facts, "KUBELET_FLAG_FILES",
+            monkeypatch.setattr(precheck_facts, constant, str(self.root / relative))
+        monkeypatch.setattr(precheck_facts, "KUBELET_FLAG_FILES",
                             (str(self.root / "var/lib/kubelet/kubeadm-flags.env"),))
         for directory in ("sys/bus/pci/devices", "sys/module", "boot", "proc"):
             (self.root / directory).mkdir(parents=True)
