@@ -26,8 +26,8 @@ def validate_request(version, sha256=None):
     """Error messages for a malformed request (empty list when fine)."""
     errors = []
     if gpu.parse_driver_version(version) is None:
-        errors.append("nvidia_driver_version %r is not a full NVIDIA driver version (branch.minor[.patch], e.g. "
-                      "580.95.05)" % (version,))
+        errors.append("version %r is not a full NVIDIA driver version (branch.minor[.patch], e.g. 580.95.05)"
+                      % (version,))
     if sha256 and not SHA256_RE.match(sha256):
         errors.append("the runfile checksum %r is not a sha256 hex digest (64 hex digits)" % (sha256,))
     return errors

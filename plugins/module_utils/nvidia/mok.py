@@ -83,5 +83,5 @@ def plan(key_files, content_given, enrollment, password_given, enroll):
     if must_stage and not password_given:
         return {"key_action": key_action, "stage": False,
                 "error": "the MOK must be staged for enrolment and no one-time password was given "
-                         "(nvidia_driver_mok_password): the console asks for it at the next boot"}
+                         "(password): the console asks for it at the next boot"}
     return {"key_action": key_action, "stage": must_stage, "error": None}

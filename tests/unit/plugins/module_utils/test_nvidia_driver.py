@@ -45,6 +45,11 @@ def test_request_validation(version, sha256, errors):
     assert len(driver.validate_request(version, sha256)) == errors
 
 
+def test_a_malformed_version_is_named_by_the_module_option():
+    assert driver.validate_request("latest") == [
+        "version 'latest' is not a full NVIDIA driver version (branch.minor[.patch], e.g. 580.95.05)"]
+
+
 def test_signing_with_dkms_before_520_is_refused():
     assert driver.request_problems("515.105.01", True, True)
     assert not driver.request_problems("515.105.01", False, True)
