@@ -275,8 +275,8 @@ def _run_nvidia_ctk(module, kind):
     argv += module.params["nvidia_ctk_args"]
     run = CommandRunner(module, module.params["timeout"]).run(argv)
     if run.rc != 0:
-        module.fail_json(msg="nvidia-ctk cdi generate failed (rc %d): %s" % (run.rc, run.stderr.strip() or
-                                                                           run.stdout.strip()),
+        said = run.stderr.strip() or run.stdout.strip()
+        module.fail_json(msg="nvidia-ctk cdi generate failed (rc %d): %s" % (run.rc, said),
                          cmd=argv, rc=run.rc, stdout=run.stdout, stderr=run.stderr)
     try:
         spec = _cdi.parse(run.stdout, "yaml")

@@ -489,7 +489,7 @@ def main():
         if can_validate:
             _validate_after(module, containerd, dump_config, plan, runtimes, result)
         _host_files.write_atomic(marker, b"config changed; restart %s to apply it\n" % to_bytes(result["service"]),
-                                  mode=0o644, dir_mode=0o700)
+                                 mode=0o644, dir_mode=0o700)
     elif can_validate and not plan.files:
         _validate_after(module, containerd, dump_config, plan, runtimes, result)
     result["restart_pending"] = os.path.exists(marker) or bool(plan.files)

@@ -283,7 +283,7 @@ def gather_xid(sources, facts, since_boot):
     text = read_kernel_log(sources, since_boot)
     if text is None:
         sources.note_unavailable("kernel log", 2, "neither dmesg nor journalctl -k could be run (not installed or not "
-                                                 "permitted, see kernel.dmesg_restrict): Xid events unknown")
+                                                  "permitted, see kernel.dmesg_restrict): Xid events unknown")
         return
     facts["xid_events"] = parse_kernel_log(text)
 
