@@ -4,7 +4,8 @@
 Fails (exit 1) on
 - an import cycle between gpulab modules (imports inside functions count: they are dependencies too);
 - a module of gpulab.kube.api importing gpulab.kube.sim (the API machinery never depends on the simulation);
-- any gpulab module but a test helper importing a test helper (gpulab.kube.testing, test_*, conftest).
+- any gpulab module but a test helper importing a test helper (gpulab.kube.testing, gpulab.testkit, test_*,
+  conftest).
 Prints the graph's size, the rules checked and the files over the size yardstick (information only).
 
 Usage: python hack/check_lab_imports.py [--lab DIR] [--edges]
@@ -21,13 +22,14 @@ from import_graph import cycles
 PACKAGE = "gpulab"
 API = "gpulab.kube.api"
 SIM = "gpulab.kube.sim"
+TESTKIT = "gpulab.testkit"   # what lab/tests and benchmarks/ share
 LINES_YARDSTICK = 600
 YARDSTICK_EXCEPTIONS = {"gpulab.nvidia.smi"}   # embedded whole in the fake runfile as nvidia-smi
 
 
 def is_test_helper(module: str) -> bool:
     last = module.rsplit(".", 1)[-1]
-    return last == "testing" or last.startswith("test_") or last == "conftest"
+    return last == "testing" or last.startswith("test_") or last == "conftest" or in_package(module, TESTKIT)
 
 
 def in_package(module: str, package: str) -> bool:
