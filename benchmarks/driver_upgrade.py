@@ -35,8 +35,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.join(REPO, "lab", "tests"))
-sys.path.insert(0, os.path.join(REPO, "lab"))
 
 FROM, TO = "595.91.07", "615.71.09"
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
@@ -290,7 +288,7 @@ def slug(text):
 
 
 def measure(args):
-    from conftest import start_lab, stop_lab
+    from gpulab.testkit.lab import start_lab, stop_lab   # the twin only when measuring (--report reads the JSON)
     work_dir = os.path.join(args.work_dir, slug(args.label))
     os.makedirs(work_dir, exist_ok=True)
     state_dir = os.path.join(work_dir, "state")

@@ -25,14 +25,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "lab", "tests"))
-sys.path.insert(0, os.path.join(REPO, "lab"))
+from gpulab.testkit.api_records import requests, wait_listed
+from gpulab.testkit.lab import start_lab, stop_lab
+from gpulab.testkit.modules import kube_client, module_argv, module_env, parse_adhoc, read_node
 
-from conftest import start_lab, stop_lab  # noqa: E402
-from gates_helpers import (kube_client, module_argv, module_env, parse_adhoc, read_node, requests,  # noqa: E402
-                           wait_listed)
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DRIVER = "615.71.09"
 OLD_DRIVER = "550.54.15"

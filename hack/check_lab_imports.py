@@ -4,7 +4,8 @@
 Fails (exit 1) on
 - an import cycle between gpulab modules (imports inside functions count: they are dependencies too);
 - a module of gpulab.kube.api importing gpulab.kube.sim (the API machinery never depends on the simulation);
-- any gpulab module but a test helper importing a test helper (gpulab.kube.testing, test_*, conftest).
+- any gpulab module but a test helper importing a test helper (gpulab.kube.testing, gpulab.testkit, test_*,
+  conftest).
 Prints the graph's size, the rules checked and the files over the size yardstick (information only).
 
 Usage: python hack/check_lab_imports.py [--lab DIR] [--edges]
@@ -16,16 +17,19 @@ import ast
 import os
 import sys
 
+from import_graph import cycles
+
 PACKAGE = "gpulab"
 API = "gpulab.kube.api"
 SIM = "gpulab.kube.sim"
+TESTKIT = "gpulab.testkit"   # what lab/tests and benchmarks/ share
 LINES_YARDSTICK = 600
 YARDSTICK_EXCEPTIONS = {"gpulab.nvidia.smi"}   # embedded whole in the fake runfile as nvidia-smi
 
 
 def is_test_helper(module: str) -> bool:
     last = module.rsplit(".", 1)[-1]
-    return last == "testing" or last.startswith("test_") or last == "conftest"
+    return last == "testing" or last.startswith("test_") or last == "conftest" or in_package(module, TESTKIT)
 
 
 def in_package(module: str, package: str) -> bool:
@@ -81,47 +85,6 @@ def imports_of(module: str, path: str, modules: dict) -> set:
             if name and in_package(name, PACKAGE) and name != module:
                 found.add(name)
     return found
-
-
-def cycles(graph: dict) -> list:
-    """Strongly connected components with more than one module (Tarjan), each sorted."""
-    index, low, on_stack, stack, result = {}, {}, set(), [], []
-
-    def visit(start: str) -> None:
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            module, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[module] = min(low[module], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[module])
-            if low[module] == index[module]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == module:
-                        break
-                if len(component) > 1:
-                    result.append(sorted(component))
-
-    for module in sorted(graph):
-        if module not in index:
-            visit(module)
-    return result
 
 
 def check(lab_dir: str) -> tuple:

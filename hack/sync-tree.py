@@ -15,11 +15,17 @@ import sys
 EXCLUDED_PATHS = {".venv", ".tree", "lab", "lab-state", ".ci", "hack", "benchmarks", "tests/output"}
 # matched against the name at any depth
 EXCLUDED_NAMES = [".git", "__pycache__", ".pytest_cache", ".venv-*"]
+# copied although under an excluded path: the import check that tests/unit/test_module_utils_imports.py runs
+KEPT_PATHS = {"hack/check_module_utils_imports.py", "hack/import_graph.py"}
 
 
 def excluded(relative_path: str) -> bool:
+    if any(kept == relative_path or kept.startswith(relative_path + "/") for kept in KEPT_PATHS):
+        return False
     name = os.path.basename(relative_path)
-    return relative_path in EXCLUDED_PATHS or any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDED_NAMES)
+    # the parent test matters only inside an excluded folder walked for a kept file
+    return relative_path in EXCLUDED_PATHS or os.path.dirname(relative_path) in EXCLUDED_PATHS \
+        or any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDED_NAMES)
 
 
 def same_file(source: str, dest: str) -> bool:

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
-from gates_helpers import KUBECTL, eventually, get_json, requests, run_in_playbook
+from gates_helpers import KUBECTL, eventually, get_json, run_in_playbook
+from gpulab.testkit.api_records import requests
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL) or collections_path() is None,
                                 reason="needs /usr/bin/kubectl and the collection on ANSIBLE_COLLECTIONS_PATH")

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import collections_path, start_lab, stop_lab
 from gates_helpers import (KUBECTL, bare_pod, changes_since, deployment, eventually, get_json, kubectl, pdb, place_on,
-                          pods_on, requests, run_in_playbook)
+                          pods_on, run_in_playbook)
+from gpulab.testkit.api_records import requests
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL) or collections_path() is None,
                                 reason="needs /usr/bin/kubectl and the collection on ANSIBLE_COLLECTIONS_PATH")

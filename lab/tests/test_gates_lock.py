@@ -7,7 +7,7 @@ import json
 import subprocess
 import time
 
-from gates_helpers import module_env, parse_adhoc, read_lease, run_module, start_module
+from gpulab.testkit.modules import module_env, parse_adhoc, read_lease, run_module, start_module
 
 
 def lock(lab, **args):

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import start_lab, stop_lab
-from gates_helpers import parse_adhoc, read_node, run_module, start_module, wait_listed, watch_requests
+from gpulab.testkit.api_records import wait_listed, watch_requests
+from gpulab.testkit.modules import parse_adhoc, read_node, run_module, start_module
 
 DRIVER = "615.71.09"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"

@@ -34,6 +34,9 @@ def test_the_check_fails_on_a_cycle_an_api_to_sim_import_and_a_test_helper_impor
     write(tmp_path, "gpulab/kube/api/store.py", "from ..sim import kubelet\n")
     write(tmp_path, "gpulab/kube/sim/kubelet.py", "from ..api.store import x\nfrom gpulab.kube import testing\n")
     write(tmp_path, "gpulab/kube/testing.py", "from gpulab.kube.sim import kubelet\n")
+    write(tmp_path, "gpulab/testkit/__init__.py", "")
+    write(tmp_path, "gpulab/testkit/lab.py", "from gpulab.kube import testing\n")   # test helpers among themselves
+    write(tmp_path, "gpulab/daemon.py", "from gpulab.testkit.lab import start_lab\n")
     done = run_check(str(tmp_path))
     assert done.returncode == 1
     failures = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
@@ -41,3 +44,5 @@ def test_the_check_fails_on_a_cycle_an_api_to_sim_import_and_a_test_helper_impor
     assert "FAIL gpulab.kube.api.store imports gpulab.kube.sim.kubelet: the API machinery must not depend on the " \
            "simulation" in failures
     assert "FAIL gpulab.kube.sim.kubelet imports the test helper gpulab.kube.testing" in failures
+    assert "FAIL gpulab.daemon imports the test helper gpulab.testkit.lab" in failures
+    assert not any("gpulab.testkit.lab imports" in line for line in failures)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import REPO_DIR, collections_path, start_lab, stop_lab
-from gates_helpers import read_node
+from gpulab.testkit.modules import read_node
 
 ansible_runner = pytest.importorskip("ansible_runner")
 

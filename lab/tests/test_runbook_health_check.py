@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import REPO_DIR, collections_path, start_lab, stop_lab
-from gates_helpers import requests
+from gpulab.testkit.api_records import requests
 
 PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "health_check.yml")
 DRIVER = "550.54.15"

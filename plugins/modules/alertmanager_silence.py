@@ -28,8 +28,6 @@ options:
     description:
       - Base URL of Alertmanager, with its path prefix if it has one (C(--web.route-prefix)), for example
         V(https://alertmanager.example.com).
-    type: str
-    required: true
   state:
     description:
       - V(present) silences the node (creating or reusing silences); V(absent) expires the node's silences.
@@ -85,34 +83,9 @@ options:
         node's alerts loud.
     type: bool
     default: true
-  bearer_token:
-    description:
-      - "Token sent as C(Authorization: Bearer <token>)."
-    type: str
-  url_username:
-    description:
-      - User name for HTTP basic authentication (sent with every request).
-    type: str
-  url_password:
-    description:
-      - Password for HTTP basic authentication.
-    type: str
-  validate_certs:
-    description:
-      - Verify the server's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description:
-      - PEM file of the CA that signed the server's certificate, instead of the system's trust store.
-    type: path
-  timeout:
-    description:
-      - Seconds each HTTP request may take.
-    type: int
-    default: 10
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.monitoring_http
 attributes:
   check_mode:
     support: full
@@ -218,6 +191,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.http import (
+    MONITORING_HTTP_MUTUALLY_EXCLUSIVE,
+    MONITORING_HTTP_REQUIRED_BY,
+    monitoring_http_argument_spec,
+    monitoring_http_option_errors,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmanager import (
     AlertmanagerAnswerError,
     default_matcher_sets,
@@ -235,9 +214,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmana
 def validated_matcher_sets(module):
     """The matcher sets to hold, or fail_json with every problem in the options at once."""
     params = module.params
-    errors = []
-    if not params["url"].startswith(("http://", "https://")):
-        errors.append("url must start with http:// or https://, got %r" % params["url"])
+    errors = monitoring_http_option_errors(params)
     errors.append(validate_token("node", params["node"]))
     if params["state"] == "present" or params["run_id"] is not None:
         errors.append(validate_token("run_id", params["run_id"]))
@@ -252,8 +229,6 @@ def validated_matcher_sets(module):
             errors.append("duration must be at least 1 second")
         if not params["created_by"].strip():
             errors.append("created_by must not be empty")
-    if params["timeout"] < 1:
-        errors.append("timeout must be at least 1 second")
     errors = [error for error in errors if error]
     if errors:
         module.fail_json(msg="invalid options: " + "; ".join(errors))
@@ -304,7 +279,7 @@ def ensure_absent(module, client):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            url=dict(type="str", required=True),
+            monitoring_http_argument_spec(),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             node=dict(type="str", required=True),
             run_id=dict(type="str"),
@@ -313,15 +288,9 @@ def main():
             comment=dict(type="str", default="driver maintenance"),
             duration=dict(type="int", default=3600),
             fail_closed=dict(type="bool", default=True),
-            bearer_token=dict(type="str", no_log=True),
-            url_username=dict(type="str"),
-            url_password=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            ca_path=dict(type="path"),
-            timeout=dict(type="int", default=10),
         ),
-        required_by={"url_password": "url_username"},
-        mutually_exclusive=[("bearer_token", "url_username")],
+        required_by=MONITORING_HTTP_REQUIRED_BY,
+        mutually_exclusive=MONITORING_HTTP_MUTUALLY_EXCLUSIVE,
         supports_check_mode=True,
     )
     matcher_sets = validated_matcher_sets(module)

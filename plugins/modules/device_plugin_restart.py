@@ -137,17 +137,16 @@ elapsed:
   sample: 3.2
 """
 
-import queue
-import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import device_plugin as _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
-    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
-    resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch, list_json
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request_json, resource_path,
+    status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.device_plugin_restart import NodeRestart, run_in_parallel
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import list_json
 
 
 def find_daemonset(module, api):
@@ -169,94 +168,6 @@ def find_daemonset(module, api):
         return found[_device_plugin.choose_namespace(found)]
     except ValueError as error:
         module.fail_json(msg=str(error) % name)
-
-
-class NodeRestart:
-    """Delete one node's plugin pod, then watch for its Ready replacement and the node's allocatable."""
-
-    def __init__(self, api, daemonset, node, pod, deadline, wait_allocatable):
-        self.api = api
-        self.daemonset = daemonset
-        self.namespace = daemonset["metadata"]["namespace"]
-        self.selector = _device_plugin.pod_selector(daemonset)
-        self.node_name = node["metadata"]["name"]
-        self.pod = pod
-        self.deadline = deadline
-        self.wait_allocatable = wait_allocatable
-        self.report = {"node": self.node_name, "deleted_pod": pod["metadata"]["name"], "new_pod": None,
-                       "ready": False}
-        self.resources = _device_plugin.gpu_resources(node)
-        self.error = None
-
-    def remaining(self):
-        return self.deadline - time.monotonic()
-
-    def _wait(self, key, list_call, satisfied):
-        """Follow ``list_call``'s objects (list + watch) until ``satisfied(objects)`` or the deadline."""
-        events = queue.Queue()
-        watcher = ListWatch(key, list_call, events).start(time.time() + self.remaining())
-        objects = {}
-        try:
-            while self.remaining() > 0:
-                try:
-                    _key, kind, payload = events.get(timeout=min(1.0, max(0.01, self.remaining())))
-                except queue.Empty:
-                    continue
-                if kind == "FAILED":
-                    raise RuntimeError(payload)
-                if kind == "SYNC":
-                    objects = {item["metadata"]["uid"]: item for item in payload}
-                elif kind == "DELETED":
-                    objects.pop(payload["metadata"]["uid"], None)
-                else:
-                    objects[payload["metadata"]["uid"]] = payload
-                if satisfied(list(objects.values())):
-                    return True
-            return False
-        finally:
-            watcher.stop()
-
-    def _replacement_ready(self, pods):
-        found = _device_plugin.replacement(pods, self.daemonset, self.node_name, self.pod["metadata"]["uid"])
-        if found:
-            self.report.update(new_pod=found["pod"], ready=found["ready"])
-        return bool(found and found["ready"])
-
-    def _allocatable_back(self, nodes):
-        for node in nodes:
-            self.resources = _device_plugin.gpu_resources(node)
-        return _device_plugin.allocatable_restored(self.resources)
-
-    def _wait_for_pod(self):
-        return self._wait("pods", list_call(self.api, resource_path("v1", "pods", namespace=self.namespace),
-                                            label_selector=self.selector,
-                                            field_selector="spec.nodeName=" + self.node_name),
-                          self._replacement_ready)
-
-    def _wait_for_allocatable(self):
-        return self._wait("node", list_call(self.api, resource_path("v1", "nodes"),
-                                            field_selector="metadata.name=" + self.node_name),
-                          self._allocatable_back)
-
-    def run(self):
-        try:
-            options = {"preconditions": {"uid": self.pod["metadata"]["uid"]}}
-            try:
-                request(self.api, "DELETE", resource_path("v1", "pods", self.pod["metadata"]["name"], self.namespace),
-                        body=options)
-            except Exception as error:
-                if status_of(error)[0] not in (404, 409):     # already gone (or replaced): wait for the new one
-                    raise
-            if not self._wait_for_pod():
-                self.error = "replacement of %s on node %s not Running and Ready in time" % (
-                    self.pod["metadata"]["name"], self.node_name)
-            elif self.wait_allocatable and not self._wait_for_allocatable():
-                self.error = ("node %s: GPU allocatable %s still differs from capacity %s"
-                              % (self.node_name, self.resources["allocatable"], self.resources["capacity"]))
-            elif not self.wait_allocatable:
-                self.resources = _device_plugin.gpu_resources(NodeApi(self.api).read_node(self.node_name))
-        except Exception as error:
-            self.error = api_error_message(error, "restart the device plugin on %s" % self.node_name)
 
 
 def main():
@@ -297,11 +208,7 @@ def main():
                 for node in node_objects]
     befores = {restart.node_name: restart.resources for restart in restarts}
     if not module.check_mode:
-        threads = [threading.Thread(target=restart.run, daemon=True) for restart in restarts]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_in_parallel(restarts)
     result["changed"] = True
     for restart in restarts:
         before = befores[restart.node_name]

@@ -214,25 +214,15 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     resource_path,
     served_versions,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.gpu_node_wait import GpuNodeWait, WatchFailed, node_list_call
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import (
     DRA,
     DRA_API_VERSIONS,
-    NodeTracker,
     diagnosis,
     dra_api_version,
-    dra_gpu_count,
     summary,
 )
-
-# A timeout shorter than the first list takes (a loaded controller) still gets one judgement with a diagnosis.
-FIRST_LIST_GRACE_S = 30
-
-
-def node_list_call(api, names):
-    if len(names) == 1:
-        return list_call(api, resource_path('v1', 'nodes'), field_selector='metadata.name=%s' % names[0])
-    return list_call(api, resource_path('v1', 'nodes'))
 
 
 def resource_slice_list_call(module, api):
@@ -248,42 +238,15 @@ def resource_slice_list_call(module, api):
     return version, list_call(api, resource_path('resource.k8s.io/' + version, 'resourceslices'))
 
 
-class Wait:
-    """The module's state: the latest Node and ResourceSlice objects and a tracker per node."""
-
-    def __init__(self, params):
-        self.names = list(dict.fromkeys(params['nodes']))
-        self.dra = params['resource'] == DRA
-        self.trackers = {}
-        for name in self.names:
-            expectation = dict(resource=params['resource'], count=params['count'], labels=params['labels'],
-                               boot_id_before=params['boot_id_changed_from'].get(name),
-                               require_ready=params['require_ready'])
-            self.trackers[name] = NodeTracker(name, expectation, params['stable_seconds'])
-        self.objects = {'nodes': {}, 'resourceslices': {}}
-
-    def apply(self, key, kind, payload):
-        if kind == 'SYNC':
-            self.objects[key] = dict((_name(obj), obj) for obj in payload)
-        elif kind == 'DELETED':
-            self.objects[key].pop(_name(payload), None)
-        else:
-            self.objects[key][_name(payload)] = payload
-
-    def observe(self, now):
-        slices = list(self.objects['resourceslices'].values())
-        return dict((name, tracker.observe(self.objects['nodes'].get(name), now,
-                                           dra_gpu_count(slices, name) if self.dra else None))
-                    for name, tracker in self.trackers.items())
-
-    def next_due(self, now):
-        due = [tracker.due_at(now) for tracker in self.trackers.values()]
-        due = [when for when in due if when is not None]
-        return min(due) if due else None
-
-
-def _name(obj):
-    return (obj.get('metadata') or {}).get('name')
+def follow(module, wait, watchers, events, deadline):
+    """The node states at the end of the wait (GpuNodeWait.follow); the watches are closed when it returns."""
+    try:
+        return wait.follow(events, len(watchers), deadline, check_mode=module.check_mode)
+    except WatchFailed as error:
+        module.fail_json(msg=str(error))
+    finally:
+        for watcher in watchers:
+            watcher.stop()
 
 
 def validate(module):
@@ -320,7 +283,7 @@ def main():
     api = api_client_from_module(module)
     started = time.time()
     deadline = started + module.params['timeout']
-    wait = Wait(module.params)
+    wait = GpuNodeWait(module.params)
     events = queue.Queue()
     watchers = [ListWatch('nodes', node_list_call(api, wait.names), events)]
     result = dict(changed=False)
@@ -335,25 +298,7 @@ def main():
                 module.fail_json(msg=api_error_message(error, 'list %s' % watcher.key))
         else:
             watcher.start(deadline)
-    synced, states = set(), {}
-    try:
-        while True:
-            _apply_events(module, wait, events, synced, 0)
-            now = time.time()
-            if len(synced) == len(watchers):
-                states = wait.observe(now)
-                if module.check_mode or all(state['satisfied'] for state in states.values()):
-                    break
-            if now >= deadline and (len(synced) == len(watchers) or now >= deadline + FIRST_LIST_GRACE_S):
-                break
-            if len(synced) == len(watchers):
-                due = wait.next_due(now)
-                _apply_events(module, wait, events, synced, min(deadline, due or deadline) - now)
-            else:
-                _apply_events(module, wait, events, synced, deadline + FIRST_LIST_GRACE_S - now)
-    finally:
-        for watcher in watchers:
-            watcher.stop()
+    states = follow(module, wait, watchers, events, deadline)
     # Nothing is left to collect: skip the final cyclic collection of what the kubernetes client loaded, which
     # delayed the process exit (and so the task's return) by 1-3 s on a busy controller.
     gc.freeze()
@@ -369,23 +314,6 @@ def main():
     waiting = sorted(name for name, state in states.items() if not state['satisfied'])
     module.fail_json(msg='timed out after %ss waiting for %d of %d node(s): %s' % (
         module.params['timeout'], len(waiting), len(states), summary(rows)), **result)
-
-
-def _apply_events(module, wait, events, synced, timeout_s):
-    """Waits up to ``timeout_s`` for one event (0: none), then applies every event already queued, so that a
-    burst of changes is judged once."""
-    block = timeout_s > 0
-    while True:
-        try:
-            key, kind, payload = events.get(timeout=timeout_s) if block else events.get_nowait()
-        except queue.Empty:
-            return
-        block = False
-        if kind == 'FAILED':
-            module.fail_json(msg=payload)
-        if kind == 'SYNC':
-            synced.add(key)
-        wait.apply(key, kind, payload)
 
 
 if __name__ == '__main__':

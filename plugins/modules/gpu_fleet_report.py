@@ -249,8 +249,7 @@ def read_cluster(module, api):
 
 def read_vram(module):
     """VRAM rows from DCGM's DCGM_FI_DEV_FB_USED (MiB) in Prometheus; fails the task when it cannot be read."""
-    client = PrometheusClient({"url": module.params["prometheus_url"], "bearer_token": None, "validate_certs": True,
-                               "ca_path": None, "timeout": module.params["prometheus_timeout"]})
+    client = PrometheusClient.at(module.params["prometheus_url"], timeout=module.params["prometheus_timeout"])
     try:
         data = client.call("/api/v1/query", {"query": VRAM_QUERY})[0]
         samples = parse_query_data(data)
@@ -316,6 +315,8 @@ def main():
         module.fail_json(msg=str(error))
     if params["sample"] < 0:
         module.fail_json(msg="sample: %d must not be negative" % params["sample"])
+    if params["prometheus_timeout"] < 1:
+        module.fail_json(msg="prometheus_timeout must be at least 1 second")
     if kubernetes is None:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     api = api_client_from_module(module)

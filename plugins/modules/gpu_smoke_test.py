@@ -93,49 +93,14 @@ elapsed:
   type: float
 """
 
-import re
 import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
-    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, request, request_json, resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import watch_events
-
-GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
-
-
-def pod_manifest(name, params, gpus):
-    container = {"name": "smoke", "image": params["image"], "command": list(params["command"]),
-                 "resources": {"limits": {params["resource"]: str(gpus)}}}
-    spec = {"nodeName": params["node"], "restartPolicy": "Never", "containers": [container],
-            "tolerations": [{"operator": "Exists"}]}
-    if params["runtime_class"]:
-        spec["runtimeClassName"] = params["runtime_class"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": params["namespace"],
-                         "labels": {"app.kubernetes.io/managed-by": "gpuops.nvidia",
-                                    "gpuops.nvidia/smoke-test": params["node"]}},
-            "spec": spec}
-
-
-def wait_finished(api, name, namespace, timeout):
-    """The pod's final phase, watched (no polling); the last phase seen on timeout."""
-    phase = "Pending"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        response = request(api, "GET", resource_path("v1", "pods", namespace=namespace), stream=True,
-                           query=dict(watch=True, field_selector="metadata.name=%s" % name,
-                                      timeout_seconds=max(1, int(deadline - time.monotonic()))))
-        try:
-            for dummy, obj in watch_events(response):
-                phase = (obj.get("status") or {}).get("phase") or phase
-                if phase in ("Succeeded", "Failed"):
-                    return phase
-        finally:
-            response.release_conn()
-    return phase
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, request_json, resource_path)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.smoke_pod import SmokePodError, listed_gpus, run_smoke_pod
 
 
 def main():
@@ -168,28 +133,10 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, pod=name, elapsed=0.0)
     try:
-        request(api, "POST", resource_path("v1", "pods", namespace=params["namespace"]),
-                body=pod_manifest(name, params, gpus))
-    except Exception as error:
-        module.fail_json(msg=api_error_message(error, "create the smoke-test pod on %s" % params["node"]))
-    log, problems = "", []
-    try:
-        phase = wait_finished(api, name, params["namespace"], params["timeout"])
-        try:
-            log = request(api, "GET", resource_path("v1", "pods", name, params["namespace"], "log")).data.decode(
-                "utf-8", "replace")
-        except Exception as error:
-            problems.append(api_error_message(error, "read the log of pod %s" % name))
-    finally:
-        try:
-            request(api, "DELETE", resource_path("v1", "pods", name, params["namespace"]),
-                    query=dict(grace_period_seconds=0))
-        except Exception as error:
-            if status_of(error)[0] != 404:   # gone already is fine; anything else leaves a pod behind: say so
-                module.warn(api_error_message(error, "delete the smoke-test pod %s/%s" % (params["namespace"], name)))
-    if problems:
-        module.fail_json(msg="; ".join(problems), pod=name, phase=phase)
-    listed = [line for line in log.splitlines() if GPU_LINE.match(line)]
+        phase, log = run_smoke_pod(api, name, params, gpus, module.warn)
+    except SmokePodError as error:
+        module.fail_json(msg=str(error), **({} if error.phase is None else dict(pod=name, phase=error.phase)))
+    listed = listed_gpus(log)
     # the pod is gone again: the test leaves nothing changed, so a re-run of a runbook reports no change
     result = dict(changed=False, pod=name, phase=phase, gpus_listed=listed, log=log,
                   elapsed=round(time.monotonic() - started, 1))

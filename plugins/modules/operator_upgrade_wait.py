@@ -134,81 +134,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
-    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request, request_json,
-    resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import list_json
-from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.selectors import to_query
-
-
-class Cluster:
-    """The reads and writes of one node's driver upgrade."""
-
-    def __init__(self, module, api):
-        self.module = module
-        self.api = api
-        self.nodes = NodeApi(api)
-
-    def fail(self, error, action, **extra):
-        self.module.fail_json(msg=api_error_message(error, action), **extra)
-
-    def node(self, name):
-        try:
-            return self.nodes.read_node(name)
-        except Exception as error:
-            self.fail(error, "read node %s" % name)
-
-    def pods(self, node, selector):
-        try:
-            return list_json(list_call(self.api, resource_path("v1", "pods")), label_selector=selector,
-                             field_selector="spec.nodeName=%s" % node)[0]
-        except Exception as error:
-            self.fail(error, "list pods %s on %s" % (selector, node))
-
-    def daemonset_and_revisions(self, namespace, name):
-        """([the DaemonSet], its ControllerRevisions) or ([], []) when it is gone."""
-        try:
-            daemonset = request_json(self.api, "GET", resource_path("apps/v1", "daemonsets", name, namespace))
-        except Exception as error:
-            if status_of(error)[0] == 404:
-                return [], []
-            self.fail(error, "read DaemonSet %s/%s" % (namespace, name))
-        selector = to_query((daemonset.get("spec") or {}).get("selector") or {})
-        try:
-            revisions = list_json(list_call(self.api, resource_path("apps/v1", "controllerrevisions",
-                                                                    namespace=namespace)),
-                                  label_selector=selector)[0]
-        except Exception as error:
-            self.fail(error, "list the ControllerRevisions of DaemonSet %s/%s" % (namespace, name))
-        return [daemonset], revisions
-
-    def delete_pod(self, namespace, name):
-        try:
-            request(self.api, "DELETE", resource_path("v1", "pods", name, namespace))
-        except Exception as error:
-            if status_of(error)[0] != 404:
-                self.fail(error, "delete driver pod %s/%s" % (namespace, name))
-
-    def set_state(self, node_name, patch):
-        try:
-            self.nodes.patch_node(node_name, patch)
-        except Exception as error:
-            self.fail(error, "relabel node %s" % node_name)
-
-
-def observe(cluster, params):
-    """(node, driver pod view, validator pods) now."""
-    node = cluster.node(params["node"])
-    pods = cluster.pods(params["node"], params["driver_pod_selector"])
-    daemonsets, revisions = [], []
-    for name, namespace in sorted(set((operator.owner_daemonset_name(pod), (pod.get("metadata") or {}).get(
-            "namespace")) for pod in pods if operator.owner_daemonset_name(pod))):
-        found, owned = cluster.daemonset_and_revisions(namespace, name)
-        daemonsets.extend(found)
-        revisions.extend(owned)
-    driver = operator.driver_pod_view(pods, daemonsets, revisions, params["version"])
-    validators = cluster.pods(params["node"], params["validator_pod_selector"]) \
-        if params["validator_pod_selector"] else []
-    return node, driver, validators
+    K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.operator_node_upgrade import OperatorNodeUpgrade, observe
 
 
 def main():
@@ -226,7 +153,8 @@ def main():
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    cluster = Cluster(module, api_client_from_module(module))
+    cluster = OperatorNodeUpgrade(api_client_from_module(module),
+                                  fail=lambda error, action: module.fail_json(msg=api_error_message(error, action)))
     started = time.monotonic()
     restarted, retried, retry_pending, restarted_outdated = [], False, params["retry_failed"], False
     while True:

@@ -26,26 +26,6 @@ options:
     description:
       - Base URL of Prometheus (or of an API-compatible front such as Thanos Query), with its path prefix if it
         has one, for example V(https://prometheus.example.com/prometheus).
-    type: str
-    required: true
-  bearer_token:
-    description:
-      - "Token sent as C(Authorization: Bearer <token>)."
-    type: str
-  validate_certs:
-    description:
-      - Verify the server's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description:
-      - PEM file of the CA that signed the server's certificate, instead of the system's trust store.
-    type: path
-  timeout:
-    description:
-      - Seconds each HTTP request may take.
-    type: int
-    default: 10
   queries:
     description:
       - PromQL expressions and the threshold each value must meet. Each query runs as an instant query at the time
@@ -115,6 +95,7 @@ options:
     default: 30
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.monitoring_http
 attributes:
   check_mode:
     support: full
@@ -263,6 +244,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
+from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.http import (
+    MONITORING_HTTP_MUTUALLY_EXCLUSIVE,
+    MONITORING_HTTP_REQUIRED_BY,
+    monitoring_http_argument_spec,
+    monitoring_http_option_errors,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.prometheus import (
     AGGREGATES,
     OPERATORS,
@@ -311,16 +298,13 @@ def validated_options(module):
     """The query specs and the alert filter, or fail_json with every problem in the options at once."""
     params = module.params
     errors = validate_query_specs(params["queries"])
-    if not params["url"].startswith(("http://", "https://")):
-        errors.append("url must start with http:// or https://, got %r" % params["url"])
+    errors.extend(monitoring_http_option_errors(params))
     if not params["queries"] and params["firing_alerts"] is None:
         errors.append("nothing to check: give queries, firing_alerts or both")
     if params["duration"] < 0:
         errors.append("duration must be 0 or more seconds")
     if params["interval"] < 1:
         errors.append("interval must be at least 1 second")
-    if params["timeout"] < 1:
-        errors.append("timeout must be at least 1 second")
     alert_filter = None
     if params["firing_alerts"] is not None:
         matchers = []
@@ -339,11 +323,7 @@ def validated_options(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            url=dict(type="str", required=True),
-            bearer_token=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            ca_path=dict(type="path"),
-            timeout=dict(type="int", default=10),
+            monitoring_http_argument_spec(),
             queries=dict(type="list", elements="dict", default=[], options=dict(
                 name=dict(type="str", required=True),
                 query=dict(type="str", required=True),
@@ -359,10 +339,12 @@ def main():
             duration=dict(type="int", default=0),
             interval=dict(type="int", default=30),
         ),
+        required_by=MONITORING_HTTP_REQUIRED_BY,
+        mutually_exclusive=MONITORING_HTTP_MUTUALLY_EXCLUSIVE,
         supports_check_mode=True,
     )
     specs, alert_filter = validated_options(module)
-    client = PrometheusClient(module.params)
+    client = PrometheusClient.from_params(module.params)
     duration = 0 if module.check_mode else module.params["duration"]
 
     started = time.monotonic()

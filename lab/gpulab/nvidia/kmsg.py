@@ -18,7 +18,6 @@ import time
 
 KMSG_PATH = "/run/gpulab/kmsg"
 MODULES_PATH = "/run/gpulab/modules.json"
-BOOT_INFO_PATH = "/run/gpulab/boot.json"
 RECORD_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 DMESG_LINE_RE = re.compile(r"^\[\s*(\d+)\.(\d{6})\] (.*)$")
 LEVELS = ["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]

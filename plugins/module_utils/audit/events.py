@@ -26,11 +26,9 @@ SECRET_MIN_CHARS = 4
 # GPUOPS_AUDIT_HMAC_KEY, vault_*, *_token, *credential*, *private*.
 SECRET_NAME = re.compile(r"pass(word|wd|phrase)?|secret|token|key|credential|private|vault|auth|cookie|session",
                          re.IGNORECASE)
-TICKET_ENV = "GPUOPS_TICKET"
 TICKET_VAR = "gpuops_ticket"
 GATE_VAR = "gpuops_audit_gate"
 STEP_VAR = "gpuops_audit_step"
-RUN_ID_ENV = "GPUOPS_RUN_ID"
 HMAC_KEY_ENV = "GPUOPS_AUDIT_HMAC_KEY"
 
 

@@ -39,10 +39,8 @@ PREVIOUS_VERSION_ANNOTATION = "gpuops.nvidia/driver-upgrade-previous"
 STATE_DONE = "upgrade-done"
 STATE_FAILED = "upgrade-failed"
 STATE_REQUIRED = "upgrade-required"
-IDLE_STATES = ("", STATE_DONE)
 DRIVER_POD_SELECTOR = {"ClusterPolicy": "app=nvidia-driver-daemonset",
                        "NVIDIADriver": "app.kubernetes.io/component=nvidia-driver"}
-VALIDATOR_POD_SELECTOR = "app=nvidia-operator-validator"
 # isDriverPodFailing: a container (or init container) not Ready with more restarts than this fails the node
 FAILING_RESTARTS = 10
 REVISION_HASH_LABEL = "controller-revision-hash"

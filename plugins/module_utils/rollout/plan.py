@@ -48,14 +48,6 @@ RECORD_STATES = STATES_BEFORE_REBOOT + (STATE_REBOOTING, STATE_VERIFYING, STATE_
                                         STATE_ROLLED_BACK)
 
 
-class PlanError(ValueError):
-    """Inputs that cannot be planned; ``errors`` lists every reason."""
-
-    def __init__(self, errors):
-        super().__init__("; ".join(errors))
-        self.errors = list(errors)
-
-
 # --------------------------------------------------------------------------- counts and percentages
 
 def is_count(value) -> bool:
@@ -158,13 +150,6 @@ def _soak_errors(soak_seconds) -> list:
     return []
 
 
-def soak_seconds_after(batch_kind: str, soak_seconds) -> float:
-    """The soak after a batch of ``batch_kind`` (canary or batch)."""
-    if isinstance(soak_seconds, dict):
-        return float(soak_seconds.get(batch_kind, 0))
-    return float(soak_seconds or 0)
-
-
 # --------------------------------------------------------------------------- batches
 
 def plan_batches(targets, batches, canary_nodes=None, domain_of=None) -> list:
@@ -236,13 +221,6 @@ def unavailable_nodes(nodes) -> dict:
         if reasons:
             out[node["metadata"]["name"]] = " and ".join(reasons)
     return out
-
-
-def budget_left(max_unavailable: int, nodes, in_flight=()) -> int:
-    """How many more GPU nodes may be taken out now: the budget less the nodes already out (cordoned or NotReady,
-    by anyone) and less our own nodes in flight that the cluster does not show as out yet."""
-    out = set(unavailable_nodes(nodes)) | set(in_flight)
-    return max(0, max_unavailable - len(out))
 
 
 def other_upgraders(nodes, targets, kured_daemonsets=(), ours=()) -> list:

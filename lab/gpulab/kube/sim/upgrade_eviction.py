@@ -33,10 +33,6 @@ def drain_selects(pod: dict, pod_selector: str) -> bool:
     return parse_label_selector(selector).matches(meta(pod).get("labels") or {})
 
 
-def _is_daemonset_pod(pod: dict) -> bool:
-    return (controller_owner(pod) or {}).get("kind") == "DaemonSet"
-
-
 def _uses_empty_dir(pod: dict) -> bool:
     return any("emptyDir" in volume for volume in (pod.get("spec") or {}).get("volumes") or [])
 

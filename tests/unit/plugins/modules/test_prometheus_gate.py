@@ -8,6 +8,7 @@ Prometheus gave (tests/unit/fixtures/prometheus). lab/tests/test_prometheus_gate
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import os
@@ -232,6 +233,27 @@ def test_bearer_token_is_sent_and_kept_out_of_the_result(prometheus, capsys):
     assert rc == 0
     assert [request["authorization"] for request in prometheus.requests] == ["Bearer " + token] * 2
     assert token not in json.dumps(result)
+
+
+def test_basic_auth_is_sent_and_the_password_kept_out_of_the_result(prometheus, capsys):
+    password = "s3cr3t-gate-password"
+    rc, result = run_module(capsys, url=prometheus.url, url_username="gate", url_password=password,
+                            queries=[TEMPERATURE])
+    assert rc == 0
+    expected = "Basic " + base64.b64encode(("gate:" + password).encode()).decode()
+    assert [request["authorization"] for request in prometheus.requests] == [expected]
+    assert password not in json.dumps(result)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"bearer_token": "gate-token", "url_username": "gate"}, "mutually exclusive"),
+    ({"url_password": "gate-password"}, "url_username"),
+    ({"timeout": 0}, "timeout must be at least 1 second"),
+])
+def test_conflicting_credentials_and_a_zero_timeout_fail_before_any_request(prometheus, capsys, args, message):
+    rc, result = run_module(capsys, **dict({"url": prometheus.url, "queries": [TEMPERATURE]}, **args))
+    assert rc == 1 and message in result["msg"]
+    assert prometheus.requests == []
 
 
 @pytest.mark.parametrize("args, message", [

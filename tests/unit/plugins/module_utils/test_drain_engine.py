@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.modules.node_drain import BudgetGate
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_engine import BudgetGate
 
 
 def pdb(allowed):
