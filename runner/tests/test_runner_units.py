@@ -7,7 +7,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from gpuops_runner import collection, exitcodes, report, runbook, timeline
+from gpuops_runner import collection, exitcodes, extravars, report, runbook, timeline
 from gpuops_runner.cli import build_parser, main
 
 
@@ -40,30 +40,33 @@ UPGRADE = [
 ]
 
 
+def parse(arguments, events):
+    return extravars.parse(arguments, events.is_secret_name)
+
+
 def test_secret_looking_extra_vars_and_malformed_pairs_are_refused(events):
-    assert runbook.parse_extra_vars(["a=1", "b=x=y"], events) == {"a": "1", "b": "x=y"}
-    with pytest.raises(runbook.Refused, match="looks like a secret"):
-        runbook.parse_extra_vars(["gpuops_mok_password=x"], events)
-    with pytest.raises(runbook.Refused, match="not KEY=VALUE"):
-        runbook.parse_extra_vars(["novalue"], events)
+    assert parse(["a=1", "b=x=y"], events) == {"a": "1", "b": "x=y"}
+    with pytest.raises(extravars.ExtraVarsRefused, match="looks like a secret"):
+        parse(["gpuops_mok_password=x"], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="not KEY=VALUE"):
+        parse(["novalue"], events)
 
 
 def test_extra_vars_read_as_ansible_playbook_reads_them(events, tmp_path):
     listed = tmp_path / "vars.yml"
     listed.write_text("gpuops_upgrade_batches: [1, 1]\ngpuops_soak_seconds: 0\n")
-    parsed = runbook.parse_extra_vars(["a=1", '{"gpuops_reboot_timeout": 120, "b": true}', "@%s" % listed, "a=2"],
-                                      events)
+    parsed = parse(["a=1", '{"gpuops_reboot_timeout": 120, "b": true}', "@%s" % listed, "a=2"], events)
     assert parsed == {"a": "2", "gpuops_reboot_timeout": 120, "b": True, "gpuops_upgrade_batches": [1, 1],
                       "gpuops_soak_seconds": 0}
-    with pytest.raises(runbook.Refused, match="looks like a secret"):
-        runbook.parse_extra_vars(['{"api_token": "x"}'], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="looks like a secret"):
+        parse(['{"api_token": "x"}'], events)
     (tmp_path / "list.yml").write_text("[1]\n")
-    with pytest.raises(runbook.Refused, match="not a mapping"):
-        runbook.parse_extra_vars(["@%s" % (tmp_path / "list.yml")], events)
-    with pytest.raises(runbook.Refused, match="cannot read"):
-        runbook.parse_extra_vars(["@%s" % (tmp_path / "missing.yml")], events)
-    with pytest.raises(runbook.Refused, match="not valid JSON/YAML"):
-        runbook.parse_extra_vars(['{"a": [1'], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="not a mapping"):
+        parse(["@%s" % (tmp_path / "list.yml")], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="cannot read"):
+        parse(["@%s" % (tmp_path / "missing.yml")], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="not valid JSON/YAML"):
+        parse(['{"a": [1'], events)
 
 
 def test_confirmation_must_match_and_needs_a_terminal_or_confirm():
@@ -92,6 +95,7 @@ def test_outcome_maps_to_exit_codes(records, status, rc, interrupted, code):
 
 def test_exit_codes_are_distinct():
     assert len(set(exitcodes.MEANING)) == len(exitcodes.MEANING) == 8
+    assert len({exitcodes.INTACT, exitcodes.TAMPERED, exitcodes.UNREADABLE, exitcodes.KEY_PROBLEM}) == 4
 
 
 def test_censored_event_loses_its_stdout_and_env_secrets_are_scrubbed():
@@ -183,19 +187,23 @@ def test_audit_verify_command_names_the_first_bad_line(tmp_path, chain, collecti
 
 
 def test_missing_collection_is_a_usage_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(collection, "DEFAULT_PATHS", ())
-    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(tmp_path))
+    monkeypatch.setattr(collection, "ansible_search_paths", lambda: [str(tmp_path)])
     assert main(["audit", "verify", "x"]) == exitcodes.USAGE
-    assert "gpuops.nvidia (with its audit callback) is not installed" in capsys.readouterr().err
+    assert "gpuops.nvidia (with its audit module_utils) is not installed" in capsys.readouterr().err
 
 
-def test_apply_is_refused_for_plan():
-    args = build_parser().parse_args(["plan", "-i", "inv", "--apply"])
-    assert args.runbook == "plan" and runbook.RUNBOOKS["plan"] == ("driver_upgrade", False)
+def test_plan_has_no_apply_and_each_subcommand_its_own_help(capsys):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["plan", "-i", "inv", "--apply"])
+    assert exited.value.code == exitcodes.USAGE and "unrecognized arguments: --apply" in capsys.readouterr().err
+    assert runbook.RUNBOOKS["plan"][:2] == ("driver_upgrade", False)
+    summaries = [entry.summary for entry in runbook.RUNBOOKS.values()]
+    assert len(set(summaries)) == len(summaries)
 
 
-def test_the_upgrade_confirmation_is_set_by_the_runner_only(collections_path, tmp_path):
-    args = build_parser().parse_args(["upgrade", "-i", "inv", "-e", "gpuops_confirm=gpulab", "--data-dir",
-                                      str(tmp_path), "--collections-path", collections_path])
-    with pytest.raises(runbook.Refused, match="gpuops sets it, from --apply"):
-        runbook.RunbookRun(args)._check({})
+def test_the_confirmation_is_set_by_the_runner_only_for_every_runbook(collections_path, tmp_path):
+    for name in ("upgrade", "plan", "bootstrap", "diagnose"):
+        args = build_parser().parse_args([name, "-i", "inv", "-e", "gpuops_confirm=gpulab", "--data-dir",
+                                          str(tmp_path), "--collections-path", collections_path])
+        with pytest.raises(runbook.Refused, match="gpuops_confirm is reserved: gpuops sets it, from --apply"):
+            runbook.RunbookRun(args)._check({})
