@@ -275,13 +275,23 @@ class RunbookRun:
         env = ansible_env(self.collections_path, self.audit_log, self.run_id, self.ticket)
         self._prepare_trail()
         try:
+            return self._refuse_or_run(env)
+        except TrailUnwritable:
+            if not os.listdir(self.run_dir):
+                os.rmdir(self.run_dir)
+            raise
+
+    def _refuse_or_run(self, env):
+        about = {"ticket": self.ticket, "operator": operator(self.events),
+                 "collection": self.events.collection_info(collection.collection_root(self.collections_path))}
+        try:
             extra_vars = self._check(env)
         except Refused as refusal:
             self.err("gpuops: refused: %s" % refusal)
-            self._append("refused", reason=str(refusal), exit_code=exitcodes.REFUSED, ticket=self.ticket,
-                         operator=operator(self.events), cluster=self.cluster,
-                         collection=self.events.collection_info(collection.collection_root(self.collections_path)))
+            self._append("refused", reason=str(refusal), exit_code=exitcodes.REFUSED, cluster=self.cluster, **about)
             return self._finish(exitcodes.REFUSED)
+        # the first line of the run, written before the playbook starts: proves the trail takes lines
+        self._append("runner_start", cluster=self.cluster, limit=self.limit, extra_vars=sorted(extra_vars), **about)
         return self._run(env, extra_vars)
 
     def _playbook_arguments(self):
