@@ -6,6 +6,8 @@
 data, and secret scrubbing. Pure functions (plus file hashing), shared by the ``gpuops.nvidia.audit`` callback and
 the ``gpuops`` CLI.
 
+Public and versioned with ``chain.API_VERSION`` (docs/audit.md): other tools may import it.
+
 Rules: variable and environment values are never recorded, only their names; a result becomes its flags, rc and
 (for failures only, when the task is not ``no_log``) its ``msg`` cut to ``MESSAGE_MAX_CHARS`` with every known
 secret value replaced by ``REDACTED``.
@@ -26,11 +28,9 @@ SECRET_MIN_CHARS = 4
 # GPUOPS_AUDIT_HMAC_KEY, vault_*, *_token, *credential*, *private*.
 SECRET_NAME = re.compile(r"pass(word|wd|phrase)?|secret|token|key|credential|private|vault|auth|cookie|session",
                          re.IGNORECASE)
-TICKET_ENV = "GPUOPS_TICKET"
 TICKET_VAR = "gpuops_ticket"
 GATE_VAR = "gpuops_audit_gate"
 STEP_VAR = "gpuops_audit_step"
-RUN_ID_ENV = "GPUOPS_RUN_ID"
 HMAC_KEY_ENV = "GPUOPS_AUDIT_HMAC_KEY"
 
 

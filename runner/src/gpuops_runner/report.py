@@ -8,8 +8,6 @@ import html
 
 from gpuops_runner import timeline
 
-NODE_STATUS_ORDER = ("unreachable", "failed", "changed", "ok", "skipped")
-
 
 def parse_ts(text):
     if not text:
