@@ -128,15 +128,15 @@ def test_a_signalled_runner_stops_its_playbook_and_records_it(sleeping, signum):
     assert end["reason"] == "stopped by %s" % signal.Signals(signum).name
 
 
-def test_stop_groups_ends_a_whole_process_group():
-    leader = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60; wait"], start_new_session=True)
+def test_stop_tree_ends_detached_descendants_too():
+    leader = subprocess.Popen(["sh", "-c", "setsid sleep 60 & sleep 60; wait"], start_new_session=True)
     try:
-        assert wait_for(lambda: len(process.child_pids(leader.pid)) >= 1, 10)
-        assert leader.pid in process.group_leaders(process.child_pids())
-        assert process.stop_groups([leader.pid], grace_s=5) == [leader.pid]
+        assert wait_for(lambda: len(process.tree([leader.pid])) >= 3, 10)
+        family = process.tree([leader.pid])
+        assert sorted(process.stop_tree([leader.pid], grace_s=5)) == sorted(family)
         assert leader.wait(10) is not None
-        with pytest.raises(ProcessLookupError):
-            os.killpg(leader.pid, 0)
+        assert all(not os.path.exists("/proc/%d/cmdline" % pid) or open("/proc/%d/stat" % pid).read().split(
+            ")")[-1].split()[0] == "Z" for pid in family)
     finally:
         if leader.poll() is None:
             leader.kill()

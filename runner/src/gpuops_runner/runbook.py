@@ -324,6 +324,7 @@ class RunbookRun:
             return True
 
         source = os.path.abspath(self.inventory) if os.path.exists(self.inventory) else self.inventory
+        process.become_subreaper()
         before = set(process.child_pids())
         previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
         try:
@@ -336,8 +337,7 @@ class RunbookRun:
                 quiet=not self.args.verbose, event_handler=on_event,
                 cancel_callback=lambda: self.interrupted is not None)
         except BaseException as failure:  # pylint: disable=broad-exception-caught  # the playbook must not outlive us
-            stopped = process.stop_groups(process.group_leaders(
-                [pid for pid in process.child_pids() if pid not in before]))
+            stopped = process.stop_new_children(before)
             reason = "the runner failed (%s: %s)" % (type(failure).__name__, failure)
             self.err("gpuops: %s; the playbook was %s" % (reason, "stopped" if stopped else "not running"))
             self._append("runner_end", exit_code=exitcodes.INTERRUPTED, outcome=exitcodes.MEANING[exitcodes.INTERRUPTED],
@@ -346,6 +346,8 @@ class RunbookRun:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+        # what a killed playbook left behind (its detached workers, reparented to us)
+        process.stop_new_children(before)
         scrub_command_artifact(artifact_dir, env)
         write_stdout_from_events(artifact_dir, kept_events)
         records = self.chain.read_records(self.audit_log, self.run_id)
