@@ -34,8 +34,9 @@ def gpuops(place, *args):
     env = dict(os.environ, PYTHONPATH=RUNNER_SRC, ANSIBLE_COLLECTIONS_PATH=place["collections"],
                GPUOPS_AUDIT_HMAC_KEY=HMAC_KEY,
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    return subprocess.run([sys.executable, "-m", "gpuops_runner"] + [arg.replace("<DIR>", str(place["dir"])) for arg in args],
-                          capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
+    argv = [arg.replace("<DIR>", str(place["dir"])) for arg in args]
+    return subprocess.run([sys.executable, "-m", "gpuops_runner"] + argv,
+                          capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL, check=False,
                           cwd=str(place["dir"]))
 
 
@@ -59,8 +60,8 @@ USAGE_ERRORS = [
     ("inventory empty", ("diagnose", "-i", "", "--data-dir", "<DIR>/data"), "--inventory"),
     ("inventory templated", ("diagnose", "-i", "{{ lookup('env', 'HOME') }}", "--data-dir", "<DIR>/data"),
      "--inventory"),
-    ("ticket templated", ("upgrade",) + BASE + ("--apply", "--ticket", "{{ lookup('env', 'GPUOPS_AUDIT_HMAC_KEY') }}",
-                                                 "--confirm", "lab"), "--ticket"),
+    ("ticket templated", ("upgrade",) + BASE + (
+        "--apply", "--ticket", "{{ lookup('env', 'GPUOPS_AUDIT_HMAC_KEY') }}", "--confirm", "lab"), "--ticket"),
     ("ticket non-ASCII", ("upgrade",) + BASE + ("--apply", "--ticket", "CHG-\u00e9t\u00e9", "--confirm", "lab"),
      "--ticket"),
     ("ticket with a newline", ("upgrade",) + BASE + ("--apply", "--ticket", "CHG-1\nforged", "--confirm", "lab"),
@@ -122,7 +123,7 @@ REFUSALS = [
 
 def snapshot(folder):
     found = {}
-    for root, _, names in os.walk(folder):
+    for root, _dirs, names in os.walk(folder):
         for name in names:
             with open(os.path.join(root, name), "rb") as stream:
                 found[os.path.relpath(os.path.join(root, name), folder)] = stream.read()

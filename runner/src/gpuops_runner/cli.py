@@ -31,9 +31,8 @@ def version_text():
 
 def add_runbook_parser(commands, name):
     runbook = RUNBOOKS[name]
-    sub = commands.add_parser(name, help=runbook.summary, epilog=EPILOG,
-                              description="gpuops %s: %s. Runs gpuops.nvidia.%s." % (name, runbook.summary,
-                                                                                 runbook.playbook))
+    description = "gpuops %s: %s. Runs gpuops.nvidia.%s." % (name, runbook.summary, runbook.playbook)
+    sub = commands.add_parser(name, help=runbook.summary, epilog=EPILOG, description=description)
     sub.set_defaults(runbook=name)
     sub.add_argument("-i", "--inventory", required=True,
                      help="any inventory source ansible accepts: a file, a directory, a script or plugin "

@@ -73,8 +73,8 @@ def parse(arguments, is_secret_name):
     for argument in arguments or ():
         for name, value in mapping_of(argument).items():
             if not isinstance(name, str) or not name.isidentifier():
-                raise ExtraVarsRefused("-e: %s is not a variable name" % (name if isinstance(name, (int, float))
-                                                                           else "a key"))
+                shown = name if isinstance(name, (int, float)) else "a key"
+                raise ExtraVarsRefused("-e: %s is not a variable name" % shown)
             if name in RESERVED:
                 raise ExtraVarsRefused("-e %s is reserved: %s" % (name, RESERVED[name]))
             if name.startswith(RESERVED_PREFIX):

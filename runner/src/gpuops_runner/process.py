@@ -91,7 +91,7 @@ def stop_new_children(before, grace_s=STOP_GRACE_S, rounds=5):
     """Stop every child of this process that is not in ``before``, with its tree, until none is left (orphans of a
     stopped tree are reparented to us while it stops). Returns the pids that were running."""
     stopped = []
-    for _ in range(rounds):
+    for _round in range(rounds):
         new = [pid for pid in child_pids() if pid not in before and _alive(pid)]
         if not new:
             break

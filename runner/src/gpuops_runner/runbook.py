@@ -174,8 +174,6 @@ def outcome_of(records, runner_status, runner_rc, interrupted):
     return exitcodes.DONE
 
 
-
-
 class RunbookRun:
     """One run. The constructor checks the command line (options.UsageError, nothing written); ``execute()``
     returns the exit code."""

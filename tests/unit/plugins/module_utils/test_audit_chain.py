@@ -151,8 +151,8 @@ def forged(lines, change):
     """``lines`` changed by ``change`` and re-chained from the first changed line on, as a forger without the key
     would (seal without a key drops kid and hmac)."""
     changed = change(list(lines))
-    first = next((index for index, (old, new) in enumerate(zip(lines, changed)) if old != new), min(len(lines),
-                                                                                                  len(changed)))
+    unchanged = min(len(lines), len(changed))
+    first = next((index for index, (old, new) in enumerate(zip(lines, changed)) if old != new), unchanged)
     rewritten = changed[:first]
     for line in changed[first:]:
         rewritten.append(seal(json.loads(line), rewritten[-1] if rewritten else None))
