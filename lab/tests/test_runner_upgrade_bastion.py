@@ -33,8 +33,8 @@ def upgrade_vars(lab, record_dir: str) -> dict:
         "gpuops_drain_timeout": 60,
         "gpuops_budget_wait_timeout": 0,
         "precheck_require_kubelet": False,
-        "nvidia_driver_runfile_src": os.path.join(lab.state_dir, "runfiles",
-                                                  "NVIDIA-Linux-x86_64-{{ nvidia_driver_version }}.run"),
+        # data, not a template: gpuops refuses extra vars that hold Jinja
+        "nvidia_driver_runfile_src": os.path.join(lab.state_dir, "runfiles", "NVIDIA-Linux-x86_64-%s.run" % NEW),
     }
 
 
@@ -78,8 +78,9 @@ def test_the_audit_trail_verifies_and_names_the_ticket_and_every_node_step_and_g
     verified = gpuops("audit", "verify", upgrade["audit_log"])
     assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout + verified.stderr
     trail = records(upgrade["audit_log"])
-    start, end = trail[0], trail[-1]
-    assert start["event"] == "run_start" and start["ticket"] == TICKET and start["mode"] == "apply"
+    start, end = next(record for record in trail if record["event"] == "run_start"), trail[-1]
+    assert trail[0]["event"] == "runner_start" and trail[0]["ticket"] == TICKET
+    assert start["ticket"] == TICKET and start["mode"] == "apply"
     assert "gpuops_confirm" in start["extra_vars"]["names"]
     assert end["event"] == "runner_end" and end["exit_code"] == 0 and end["cluster"] == "gpulab"
     for node in upgrade["lab"].node_names:

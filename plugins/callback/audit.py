@@ -17,8 +17,9 @@ description:
     V(gate) (the same for a task that sets the task variable C(gpuops_audit_gate) to the gate's name) and
     V(run_end) (per-host stats).
   - Each line carries C(seq) and C(prev), the sha256 of the previous line (the first line chains to 64 zeros),
-    and with O(hmac_key) an HMAC-SHA256 of the record. C(gpuops audit verify FILE) checks the chain and names the
-    first bad line.
+    and with O(hmac_key) the key's id C(kid) and an HMAC-SHA256 of the record. C(gpuops audit verify FILE) checks
+    the chain, the HMAC and anchors (digests kept outside the operator's reach, such as the O(syslog) copy) and
+    names the first bad line.
   - "Nothing secret is written: results of C(no_log) tasks are censored; results are summarised (status, changed,
     rc, and for failures a message cut to 300 characters) and never dumped; of variables only names are recorded,
     and failure messages are scrubbed of the values of environment, extra and host variables whose names look
@@ -32,7 +33,11 @@ requirements:
   - A controller on a POSIX system (C(fcntl) locking).
 options:
   log_path:
-    description: The audit trail file (created with mode 0600, then only appended to).
+    description:
+      - The audit trail file (created with mode 0600, then only appended to).
+      - The trail fails closed. It is checked for writing when the playbook starts, and a trail that cannot be
+        written then, or any later line that cannot be appended, stops the run (as an interrupt, exit code 99 of
+        C(ansible-playbook)) with an error naming the file, so that nothing changes unrecorded.
     type: path
     default: ~/.ansible/gpuops-audit.jsonl
     env:
@@ -49,7 +54,8 @@ options:
       - name: GPUOPS_AUDIT_HMAC_KEY
   ticket:
     description:
-      - The change or ticket id of the run. The extra variable C(gpuops_ticket) takes precedence.
+      - The change or ticket id of the run. It takes precedence over the extra variable C(gpuops_ticket), which is
+        used only when this option is unset (the C(gpuops) runner sets this option and refuses C(-e gpuops_ticket)).
     type: str
     env:
       - name: GPUOPS_TICKET
@@ -87,6 +93,7 @@ options:
         key: syslog_facility
 """
 
+import _thread
 import datetime
 import os
 import pwd
@@ -98,11 +105,12 @@ from ansible import context
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.chain import append_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.chain import append_record, check_writable
 from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.events import (
     GATE_VAR, STEP_VAR, TICKET_VAR, collection_info, is_secret_name, operator_identity, secret_values_from_mapping,
     sha256_of_extra_vars, sha256_of_paths, summarise_result,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.forward import SyslogForwarder
 
 try:  # ansible-core 2.19+: EncryptedString or a value tagged VaultedValue
     from ansible.parsing.vault import VaultHelper
@@ -146,34 +154,6 @@ def login_name():
         return os.environ.get("LOGNAME") or None
 
 
-class SyslogForwarder:
-    """Sends each line to syslog/journald as one datagram, never blocking the run: a full, absent or refusing
-    socket drops the line (the file holds every line; drops are counted in the run_end record)."""
-
-    TAG = "gpuops-audit"
-    FACILITIES = {"kern": 0, "user": 1, "daemon": 3, "auth": 4, "syslog": 5, "authpriv": 10, "local0": 16,
-                  "local1": 17, "local2": 18, "local3": 19, "local4": 20, "local5": 21, "local6": 22, "local7": 23}
-    INFO = 6
-
-    def __init__(self, address, facility):
-        self.priority = self.FACILITIES.get(facility, 1) * 8 + self.INFO
-        if ":" in address and not address.startswith("/"):
-            host, port = address.rsplit(":", 1)
-            self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
-            self.target = (host, int(port))
-        else:
-            self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self.target = address
-        self.socket.setblocking(False)
-        self.dropped = 0
-
-    def send(self, line):
-        try:
-            self.socket.sendto(("<%d>%s: %s" % (self.priority, self.TAG, line)).encode("utf-8"), self.target)
-        except OSError:
-            self.dropped += 1
-
-
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -197,6 +177,7 @@ class CallbackModule(CallbackBase):
         self._playbook = None
         self._play = None
         self._host_secrets = {}
+        self._broken = None
 
     def set_options(self, task_keys=None, var_options=None, direct=None):
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
@@ -205,17 +186,30 @@ class CallbackModule(CallbackBase):
         self._hmac_key = to_bytes(key) if key else None
         self._ticket = self.get_option("ticket")
         self._run_id = self.get_option("run_id") or uuid.uuid4().hex
-        self._secrets = secret_values_from_mapping(os.environ)
+        self._secrets = secret_values_from_mapping(os.environ) | ({key} if key else set())
         if self.get_option("syslog"):
             self._syslog = SyslogForwarder(self.get_option("syslog_address"), self.get_option("syslog_facility"))
 
+    def _stop_the_run(self, error):
+        """The trail cannot be written: no change may happen unrecorded, so the run is aborted (KeyboardInterrupt in
+        ansible-playbook's main thread, from whichever thread the callback runs in; a callback exception would only
+        be a warning). Later events write nothing."""
+        if self._broken is not None:
+            return
+        self._broken = str(error)
+        self._display.error("gpuops.nvidia.audit: cannot write the audit trail %s (%s): stopping the run, nothing "
+                            "more may change unrecorded" % (self._log_path, error))
+        _thread.interrupt_main()
+
     def _write(self, event, **fields):
+        if self._broken is not None:
+            return
         record = {"event": event, "run_id": self._run_id, "ts": utc_now()}
         record.update(fields)
         try:
             line = append_record(self._log_path, record, self._hmac_key)
         except OSError as error:
-            self._display.error("gpuops.nvidia.audit: cannot append to %s: %s" % (self._log_path, error))
+            self._stop_the_run(error)
             return
         if self._syslog is not None:
             self._syslog.send(line)
@@ -224,11 +218,15 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_start(self, playbook):
         self._started = time.monotonic()
         self._playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
+        try:
+            check_writable(self._log_path)
+        except OSError as error:
+            self._stop_the_run(error)
 
     def _write_run_start(self, play):
         extra_vars = play.get_variable_manager().extra_vars if play.get_variable_manager() else {}
         self._secrets |= secret_values_from_mapping(extra_vars)
-        ticket = extra_vars.get(TICKET_VAR) or self._ticket
+        ticket = self._ticket or extra_vars.get(TICKET_VAR)
         arguments = context.CLIARGS
         inventory_sources = list(arguments.get("inventory") or ())
         self._write(

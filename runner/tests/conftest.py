@@ -23,10 +23,10 @@ def collections_path(tmp_path_factory):
 @pytest.fixture(scope="session")
 def chain(collections_path):
     from gpuops_runner import collection
-    return collection.chain(collections_path)
+    return collection.audit_api(collections_path)[0]
 
 
 @pytest.fixture(scope="session")
 def events(collections_path):
     from gpuops_runner import collection
-    return collection.events(collections_path)
+    return collection.audit_api(collections_path)[1]

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
+import sys
 from xml.etree import ElementTree
 
 import pytest
 
-from gpuops_runner import collection, exitcodes, report, runbook, timeline
+from gpuops_runner import collection, exitcodes, extravars, report, runbook, timeline
 from gpuops_runner.cli import build_parser, main
+
+RUNNER_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 
 def record(event, **fields):
@@ -40,30 +45,33 @@ UPGRADE = [
 ]
 
 
+def parse(arguments, events):
+    return extravars.parse(arguments, events.is_secret_name)
+
+
 def test_secret_looking_extra_vars_and_malformed_pairs_are_refused(events):
-    assert runbook.parse_extra_vars(["a=1", "b=x=y"], events) == {"a": "1", "b": "x=y"}
-    with pytest.raises(runbook.Refused, match="looks like a secret"):
-        runbook.parse_extra_vars(["gpuops_mok_password=x"], events)
-    with pytest.raises(runbook.Refused, match="not KEY=VALUE"):
-        runbook.parse_extra_vars(["novalue"], events)
+    assert parse(["a=1", "b=x=y"], events) == {"a": "1", "b": "x=y"}
+    with pytest.raises(extravars.ExtraVarsRefused, match="looks like a secret"):
+        parse(["gpuops_mok_password=x"], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="not KEY=VALUE"):
+        parse(["novalue"], events)
 
 
 def test_extra_vars_read_as_ansible_playbook_reads_them(events, tmp_path):
     listed = tmp_path / "vars.yml"
     listed.write_text("gpuops_upgrade_batches: [1, 1]\ngpuops_soak_seconds: 0\n")
-    parsed = runbook.parse_extra_vars(["a=1", '{"gpuops_reboot_timeout": 120, "b": true}', "@%s" % listed, "a=2"],
-                                      events)
+    parsed = parse(["a=1", '{"gpuops_reboot_timeout": 120, "b": true}', "@%s" % listed, "a=2"], events)
     assert parsed == {"a": "2", "gpuops_reboot_timeout": 120, "b": True, "gpuops_upgrade_batches": [1, 1],
                       "gpuops_soak_seconds": 0}
-    with pytest.raises(runbook.Refused, match="looks like a secret"):
-        runbook.parse_extra_vars(['{"api_token": "x"}'], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="looks like a secret"):
+        parse(['{"api_token": "x"}'], events)
     (tmp_path / "list.yml").write_text("[1]\n")
-    with pytest.raises(runbook.Refused, match="not a mapping"):
-        runbook.parse_extra_vars(["@%s" % (tmp_path / "list.yml")], events)
-    with pytest.raises(runbook.Refused, match="cannot read"):
-        runbook.parse_extra_vars(["@%s" % (tmp_path / "missing.yml")], events)
-    with pytest.raises(runbook.Refused, match="not valid JSON/YAML"):
-        runbook.parse_extra_vars(['{"a": [1'], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="not a mapping"):
+        parse(["@%s" % (tmp_path / "list.yml")], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="cannot read"):
+        parse(["@%s" % (tmp_path / "missing.yml")], events)
+    with pytest.raises(extravars.ExtraVarsRefused, match="not valid JSON/YAML"):
+        parse(['{"a": [1'], events)
 
 
 def test_confirmation_must_match_and_needs_a_terminal_or_confirm():
@@ -92,6 +100,7 @@ def test_outcome_maps_to_exit_codes(records, status, rc, interrupted, code):
 
 def test_exit_codes_are_distinct():
     assert len(set(exitcodes.MEANING)) == len(exitcodes.MEANING) == 8
+    assert len({exitcodes.INTACT, exitcodes.TAMPERED, exitcodes.UNREADABLE, exitcodes.KEY_PROBLEM}) == 4
 
 
 def test_censored_event_loses_its_stdout_and_env_secrets_are_scrubbed():
@@ -183,19 +192,107 @@ def test_audit_verify_command_names_the_first_bad_line(tmp_path, chain, collecti
 
 
 def test_missing_collection_is_a_usage_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(collection, "DEFAULT_PATHS", ())
-    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(tmp_path))
+    monkeypatch.setattr(collection, "ansible_search_paths", lambda: [str(tmp_path)])
     assert main(["audit", "verify", "x"]) == exitcodes.USAGE
-    assert "gpuops.nvidia (with its audit callback) is not installed" in capsys.readouterr().err
+    assert "gpuops.nvidia (with its audit module_utils) is not installed" in capsys.readouterr().err
 
 
-def test_apply_is_refused_for_plan():
-    args = build_parser().parse_args(["plan", "-i", "inv", "--apply"])
-    assert args.runbook == "plan" and runbook.RUNBOOKS["plan"] == ("driver_upgrade", False)
+def test_plan_has_no_apply_and_each_subcommand_its_own_help(capsys):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["plan", "-i", "inv", "--apply"])
+    assert exited.value.code == exitcodes.USAGE and "unrecognized arguments: --apply" in capsys.readouterr().err
+    assert runbook.RUNBOOKS["plan"][:2] == ("driver_upgrade", False)
+    summaries = [entry.summary for entry in runbook.RUNBOOKS.values()]
+    assert len(set(summaries)) == len(summaries)
 
 
-def test_the_upgrade_confirmation_is_set_by_the_runner_only(collections_path, tmp_path):
-    args = build_parser().parse_args(["upgrade", "-i", "inv", "-e", "gpuops_confirm=gpulab", "--data-dir",
-                                      str(tmp_path), "--collections-path", collections_path])
-    with pytest.raises(runbook.Refused, match="gpuops sets it, from --apply"):
-        runbook.RunbookRun(args)._check({})
+def test_the_confirmation_is_set_by_the_runner_only_for_every_runbook(collections_path, tmp_path):
+    for name in ("upgrade", "plan", "bootstrap", "diagnose"):
+        args = build_parser().parse_args([name, "-i", "inv", "-e", "gpuops_confirm=gpulab", "--data-dir",
+                                          str(tmp_path), "--collections-path", collections_path])
+        with pytest.raises(runbook.Refused, match="gpuops_confirm is reserved: gpuops sets it, from --apply"):
+            runbook.RunbookRun(args)._check({})
+
+
+def write_trail(chain, path, count, key=None):
+    lines = []
+    for number in range(count):
+        lines.append(chain.append_record(path, {"event": "task", "n": number}, key))
+    return lines
+
+
+def test_audit_verify_accepts_every_older_genuine_anchor_and_a_syslog_export(
+        tmp_path, chain, collections_path, capsys):
+    path = str(tmp_path / "audit.jsonl")
+    lines = write_trail(chain, path, 5)
+    export = tmp_path / "syslog.txt"
+    export.write_text("".join("Dec  3 01:00:0%d bastion gpuops-audit: %s\n" % (index, line)
+                              for index, line in enumerate(lines)))
+    common = ["audit", "verify", path, "--collections-path", collections_path]
+    assert main(common + ["--head", chain.line_digest(lines[1])]) == exitcodes.INTACT
+    assert main(common + ["--anchors-from", str(export), "--require-anchored-head"]) == exitcodes.INTACT
+    assert "5 anchor(s), the newest at line 5" in capsys.readouterr().out
+    with open(path, "w") as stream:                         # the tail cut off: no key needed to see it
+        stream.write("\n".join(lines[:3]) + "\n")
+    assert main(common + ["--anchors-from", str(export)]) == exitcodes.TAMPERED
+    assert "is the head of no prefix of the trail" in capsys.readouterr().out
+
+
+def test_audit_verify_names_a_wrong_key_and_unsigned_lines_as_key_problems(
+        tmp_path, chain, collections_path, capsys, monkeypatch):
+    path = str(tmp_path / "audit.jsonl")
+    write_trail(chain, path, 2, b"the-key")
+    write_trail(chain, path, 2)
+    write_trail(chain, path, 2, b"the-key")
+    common = ["audit", "verify", path, "--collections-path", collections_path]
+    monkeypatch.setenv("GPUOPS_AUDIT_HMAC_KEY", "not-the-key")
+    assert main(common) == exitcodes.KEY_PROBLEM
+    assert "KEY PROBLEM: wrong key" in capsys.readouterr().out
+    monkeypatch.setenv("GPUOPS_AUDIT_HMAC_KEY", "the-key")
+    assert main(common) == exitcodes.KEY_PROBLEM
+    assert "lines 3-4 unsigned" in capsys.readouterr().out
+    assert main(common + ["--allow-unsigned"]) == exitcodes.INTACT
+    assert "accepted without a signature" in capsys.readouterr().out
+
+
+def test_audit_verify_of_an_unreadable_file_is_exit_2_on_stderr(tmp_path, collections_path, capsys):
+    assert main(["audit", "verify", str(tmp_path), "--collections-path", collections_path]) == exitcodes.UNREADABLE
+    captured = capsys.readouterr()
+    assert captured.out == "" and "cannot be read" in captured.err
+
+
+def test_the_collection_is_found_where_ansible_cfg_points(tmp_path, collections_path, monkeypatch):
+    (tmp_path / "ansible.cfg").write_text("[defaults]\ncollections_path = %s\n" % collections_path)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    env.pop("ANSIBLE_COLLECTIONS_PATH", None)
+    env.pop("ANSIBLE_COLLECTIONS_PATHS", None)
+    done = subprocess.run([sys.executable, "-c", "from gpuops_runner import collection; "
+                                                 "print(collection.find_collections_path())"],
+                          capture_output=True, text=True, env=dict(env, PYTHONPATH=RUNNER_SRC), cwd=str(tmp_path),
+                          check=False)
+    assert done.stdout.strip() == collections_path, done.stderr
+
+
+def test_playbook_arguments_are_a_list_quoted_for_ansible_runner(tmp_path, collections_path):
+    vault = tmp_path / "a folder with spaces" / "vault pass"
+    vault.parent.mkdir()
+    vault.write_text("x")
+    args = build_parser().parse_args(["diagnose", "-i", "inv", "--diff", "--vault-password-file", str(vault),
+                                      "--data-dir", str(tmp_path / "data"), "--collections-path", collections_path])
+    arguments = runbook.RunbookRun(args)._playbook_arguments()
+    assert arguments == ["--check", "--diff", "--vault-password-file", str(vault)]
+    assert shlex.split(shlex.join(arguments)) == arguments
+
+
+def test_inventory_sources_ansible_accepts_are_read_with_ansible_runner(tmp_path, monkeypatch):
+    from gpuops_runner import inventory
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    listing = inventory.read_inventory("gpu-a,gpu-b,", dict(os.environ))
+    assert inventory.nodes(listing) == ["gpu-a", "gpu-b"]
+    with pytest.raises(inventory.InventoryError, match="missing on gpu-a, gpu-b"):
+        inventory.the_cluster(listing)
+    script = tmp_path / "inventory.sh"
+    script.write_text("#!/bin/sh\necho '{\"gpu_nodes\": {\"hosts\": [\"n1\"], \"vars\": "
+                      "{\"gpuops_cluster_name\": \"lab\"}}, \"_meta\": {\"hostvars\": {}}}'\n")
+    script.chmod(0o755)
+    assert inventory.the_cluster(inventory.read_inventory(str(script), dict(os.environ))) == "lab"

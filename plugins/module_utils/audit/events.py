@@ -6,6 +6,8 @@
 data, and secret scrubbing. Pure functions (plus file hashing), shared by the ``gpuops.nvidia.audit`` callback and
 the ``gpuops`` CLI.
 
+Public and versioned with ``chain.API_VERSION`` (docs/audit.md): other tools may import it.
+
 Rules: variable and environment values are never recorded, only their names; a result becomes its flags, rc and
 (for failures only, when the task is not ``no_log``) its ``msg`` cut to ``MESSAGE_MAX_CHARS`` with every known
 secret value replaced by ``REDACTED``.

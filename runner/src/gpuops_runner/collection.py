@@ -1,38 +1,47 @@
-"""Where the gpuops.nvidia collection is, and its audit helpers (the runner is a separate package: it imports the
-chain code from the installed collection rather than keeping a copy)."""
+"""Where the gpuops.nvidia collection is, found the way ansible finds collections, and its public audit API
+(``plugins/module_utils/audit``, docs/audit.md) imported from there: the runner keeps no copy of the chain code."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
 COLLECTION = ("ansible_collections", "gpuops", "nvidia")
-DEFAULT_PATHS = ("~/.ansible/collections", "/usr/share/ansible/collections")
 
 
 class CollectionNotFound(Exception):
     pass
 
 
-def candidate_paths(explicit=None, environ=None):
-    environ = os.environ if environ is None else environ
-    paths = []
-    if explicit:
-        paths.append(explicit)
-    for name in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_PATHS"):
-        paths += [path for path in environ.get(name, "").split(os.pathsep) if path]
-    paths += list(DEFAULT_PATHS)
-    return [os.path.abspath(os.path.expanduser(path)) for path in paths]
+def ansible_search_paths():
+    """The collection paths ansible-playbook would search: ANSIBLE_COLLECTIONS_PATH, ``collections_path`` of the
+    ansible.cfg in effect, the defaults, then (unless collections_scan_sys_path is off) sys.path."""
+    from ansible import constants
+
+    paths = list(constants.COLLECTIONS_PATHS or [])
+    if constants.COLLECTIONS_SCAN_SYS_PATH:
+        paths += [path for path in sys.path if path]
+    return paths
 
 
-def find_collections_path(explicit=None, environ=None):
-    """The folder that holds ansible_collections/gpuops/nvidia."""
-    tried = candidate_paths(explicit, environ)
+def candidate_paths(explicit=None, search_paths=None):
+    paths = [explicit] if explicit else []
+    paths += ansible_search_paths() if search_paths is None else list(search_paths)
+    found = []
+    for path in paths:
+        path = os.path.abspath(os.path.expanduser(path))
+        if path not in found:
+            found.append(path)
+    return found
+
+
+def find_collections_path(explicit=None, search_paths=None):
+    """The folder that holds ansible_collections/gpuops/nvidia (``explicit`` first, when given)."""
+    tried = candidate_paths(explicit, search_paths)
     for path in tried:
-        if os.path.isfile(os.path.join(path, *COLLECTION, "plugins", "callback", "audit.py")):
+        if os.path.isfile(os.path.join(path, *COLLECTION, "plugins", "module_utils", "audit", "chain.py")):
             return path
-    raise CollectionNotFound("gpuops.nvidia (with its audit callback) is not installed in any of: %s "
+    raise CollectionNotFound("gpuops.nvidia (with its audit module_utils) is not installed in any of: %s "
                              "(install it with ansible-galaxy, or pass --collections-path)" % ", ".join(tried))
 
 
@@ -40,16 +49,15 @@ def collection_root(collections_path):
     return os.path.join(collections_path, *COLLECTION)
 
 
-def module_utils(collections_path, name):
-    """Import ansible_collections.gpuops.nvidia.plugins.module_utils.<name> from that collection path."""
+def audit_api(collections_path):
+    """The modules chain, events and forward of the collection's public audit API, imported from that path."""
     if collections_path not in sys.path:
         sys.path.insert(0, collections_path)
-    return importlib.import_module("ansible_collections.gpuops.nvidia.plugins.module_utils." + name)
+    # pylint: disable=import-outside-toplevel  # the collection's location is known only now
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.audit import chain, events, forward
 
-
-def chain(collections_path):
-    return module_utils(collections_path, "audit.chain")
-
-
-def events(collections_path):
-    return module_utils(collections_path, "audit.events")
+    expected = os.path.realpath(os.path.join(collection_root(collections_path), "plugins", "module_utils", "audit"))
+    if os.path.realpath(os.path.dirname(chain.__file__)) != expected:
+        raise CollectionNotFound("gpuops.nvidia was already imported from %s, not from %s"
+                                 % (os.path.dirname(chain.__file__), expected))
+    return chain, events, forward

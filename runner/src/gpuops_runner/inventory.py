@@ -1,46 +1,78 @@
-"""What the runner reads from the inventory before a run: the cluster name to confirm, the target hosts."""
+"""What the runner reads from the inventory before a run (with ansible-runner's own inventory API, so any source
+ansible accepts works: a file, a directory, an inventory script or plugin config, `host1,host2,`): the hosts and
+the one cluster they all belong to."""
 
 from __future__ import annotations
 
-import json
-import subprocess
+import tempfile
 
 CLUSTER_VAR = "gpuops_cluster_name"
+# ansible's implicit localhost names: the controller, never a node of some cluster
+CONTROLLER_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 class InventoryError(Exception):
     pass
 
 
-def read_inventory(inventory, env, vault_password_file=None, timeout_s=120):
-    """`ansible-inventory --list` as JSON (vaulted values stay encrypted)."""
-    argv = ["ansible-inventory", "-i", inventory, "--list"]
-    if vault_password_file:
-        argv += ["--vault-password-file", vault_password_file]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise InventoryError("ansible-inventory failed: %s" % error)
-    if done.returncode != 0:
-        raise InventoryError("ansible-inventory -i %s failed: %s" % (inventory, done.stderr.strip()[-500:]))
-    return json.loads(done.stdout)
+def read_inventory(source, envvars, vault_password_file=None):
+    """``ansible-inventory --list`` of ``source`` as a dict, through ansible_runner.get_inventory (vaulted values
+    stay encrypted). Its artifacts go to a temporary folder that is removed."""
+    import ansible_runner
+
+    with tempfile.TemporaryDirectory(prefix="gpuops-inventory-") as private_dir:
+        try:
+            listing, error = ansible_runner.get_inventory(
+                "list", [source], response_format="json", vault_password_file=vault_password_file,
+                private_data_dir=private_dir, envvars=envvars, quiet=True, suppress_env_files=True)
+        except Exception as failure:  # pylint: disable=broad-exception-caught  # ansible-runner raises several kinds
+            raise InventoryError("the inventory %s cannot be read: %s" % (source, failure))
+    if not isinstance(listing, dict):
+        raise InventoryError("the inventory %s cannot be read: %s" % (source, (error or "no output").strip()[-500:]))
+    return listing
 
 
-def group_hosts(listing, group):
-    """The hosts of a group and its children, sorted."""
-    hosts, pending, seen = set(), [group], set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        entry = listing.get(name) or {}
-        hosts.update(entry.get("hosts") or [])
-        pending.extend(entry.get("children") or [])
+def all_hosts(listing):
+    """Every host of the inventory (of all groups), sorted."""
+    hosts = set(((listing.get("_meta") or {}).get("hostvars") or {}))
+    for name, entry in listing.items():
+        if name != "_meta" and isinstance(entry, dict):
+            hosts.update(entry.get("hosts") or [])
     return sorted(hosts)
 
 
-def cluster_names(listing, hosts):
-    """The distinct gpuops_cluster_name values of those hosts (a host without one counts as None)."""
+def nodes(listing):
+    """The hosts a runbook could touch through SSH: all but the controller's own names."""
+    return [host for host in all_hosts(listing) if host not in CONTROLLER_NAMES]
+
+
+def the_cluster(listing):
+    """The one gpuops_cluster_name every node of the inventory carries; InventoryError naming the hosts otherwise
+    (none, a value that is not a name, several clusters)."""
     hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
-    return sorted({hostvars.get(host, {}).get(CLUSTER_VAR) for host in hosts}, key=str)
+    hosts = nodes(listing)
+    if not hosts:
+        raise InventoryError("the inventory has no hosts")
+    by_name, missing, malformed = {}, [], []
+    for host in hosts:
+        value = (hostvars.get(host) or {}).get(CLUSTER_VAR)
+        if value is None:
+            missing.append(host)
+        elif not isinstance(value, str) or not value.strip():
+            malformed.append("%s (%s)" % (host, type(value).__name__ if not isinstance(value, str) else "empty"))
+        else:
+            by_name.setdefault(value, []).append(host)
+    if malformed:
+        raise InventoryError("%s must be a cluster name (text) on every host; not on %s"
+                             % (CLUSTER_VAR, _few(malformed)))
+    if missing:
+        raise InventoryError("every host must carry %s (one inventory, one cluster); missing on %s"
+                             % (CLUSTER_VAR, _few(missing)))
+    if len(by_name) > 1:
+        raise InventoryError("the inventory's hosts belong to several clusters (%s): one inventory, one cluster"
+                             % "; ".join("%s: %s" % (name, _few(members)) for name, members in sorted(by_name.items())))
+    return next(iter(by_name))
+
+
+def _few(names, shown=5):
+    return ", ".join(names[:shown]) + (" and %d more" % (len(names) - shown) if len(names) > shown else "")

@@ -1,35 +1,48 @@
 """One `gpuops <runbook>` run: refuse what must not run, run the playbook through ansible_runner.interface.run in
-its own private_data_dir, then close the audit trail, write the report and rotate old runs."""
+its own private_data_dir (owning its process), then close the audit trail, write the report and rotate old runs."""
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import os
 import pwd
 import secrets
+import shlex
 import shutil
 import signal
 import socket
 
-import yaml
+from gpuops_runner import collection, exitcodes, extravars, inventory, options, process, progress, report, timeline
 
-from gpuops_runner import collection, exitcodes, inventory, report, timeline
-
-# subcommand -> (playbook of the collection, apply allowed)
+Runbook = collections.namedtuple("Runbook", "playbook apply_allowed summary")
 RUNBOOKS = {
-    "upgrade": ("driver_upgrade", True),
-    "bootstrap": ("node_bootstrap", True),
-    "diagnose": ("diagnose", True),
-    "plan": ("driver_upgrade", False),
+    "upgrade": Runbook("driver_upgrade", True,
+                       "roll a driver version across the GPU nodes: canary, then batches, each node drained, "
+                       "installed, rebooted and verified (dry run: the plan; --apply changes the nodes)"),
+    "bootstrap": Runbook("node_bootstrap", True,
+                         "turn bare GPU nodes into schedulable GPU nodes: precheck, driver, container runtime, "
+                         "device plugin, verify (dry run unless --apply)"),
+    "diagnose": Runbook("diagnose", True,
+                        "diagnose GPU nodes layer by layer (L0 hardware to L6 pods) and name the failing layer "
+                        "and its fix (read-only unless the runbook's remediation is asked for)"),
+    "plan": Runbook("driver_upgrade", False,
+                    "print the driver upgrade's plan by batch, never changing anything (always --check, never "
+                    "--apply)"),
 }
-# subcommand -> the extra var its playbook acts on as the typed cluster name (gpuops sets it with --apply only)
-CONFIRM_VARS = {"upgrade": "gpuops_confirm"}
-TARGET_GROUP = "gpu_nodes"
+# the extra var the runbooks check every host's gpuops_cluster_name against (gpuops sets it with --apply only)
+CONFIRM_VAR = "gpuops_confirm"
 AUDIT_CALLBACK = "gpuops.nvidia.audit"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TRUE_WORDS = ("1", "true", "yes", "on")
 
 
 class Refused(Exception):
+    pass
+
+
+class TrailUnwritable(Exception):
     pass
 
 
@@ -42,46 +55,6 @@ def new_run_id(now=None):
 
 def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def extra_vars_mapping(argument):
-    """What one -e gives, as ansible-playbook reads it: KEY=VALUE (a string), a JSON/YAML mapping
-    (``{"gpuops_upgrade_batches": [1, 1]}``: lists, numbers, booleans) or @FILE (a YAML/JSON file of one)."""
-    if argument.startswith("@"):
-        try:
-            with open(argument[1:], encoding="utf-8") as stream:
-                text = stream.read()
-        except OSError as error:
-            raise Refused("-e %s: cannot read %s: %s" % (argument, argument[1:], error.strerror))
-    elif argument.lstrip().startswith("{"):
-        text = argument
-    else:
-        name, sep, value = argument.partition("=")
-        if not sep:
-            raise Refused("-e %r is not KEY=VALUE, a JSON/YAML mapping or @FILE" % argument)
-        return {name: value}
-    try:
-        mapping = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise Refused("-e %s is not valid JSON/YAML: %s" % (argument[:60], str(error).splitlines()[0]))
-    if not isinstance(mapping, dict):
-        raise Refused("-e %s is not a mapping of variables" % argument[:60])
-    return mapping
-
-
-def parse_extra_vars(pairs, events):
-    """The -e arguments as one dict (later ones win); secrets are refused (they would land in the command line
-    and artifacts)."""
-    extra_vars = {}
-    for argument in pairs or ():
-        for name, value in extra_vars_mapping(argument).items():
-            if not isinstance(name, str) or not name.isidentifier():
-                raise Refused("-e %r: %r is not a variable name" % (argument[:60], name))
-            if events.is_secret_name(name):
-                raise Refused("-e %s looks like a secret: pass secrets through ansible-vault or the environment, "
-                              "never on the command line" % name)
-            extra_vars[name] = value
-    return extra_vars
 
 
 def operator(events):
@@ -104,10 +77,21 @@ def ansible_env(collections_path, audit_log, run_id, ticket):
         "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled + ([AUDIT_CALLBACK] if AUDIT_CALLBACK not in enabled else [])),
         "GPUOPS_AUDIT_LOG": audit_log,
         "GPUOPS_RUN_ID": run_id,
+        "GPUOPS_TICKET": ticket or "",   # never one inherited from the operator's environment
     }
-    if ticket:
-        env["GPUOPS_TICKET"] = ticket
     return env
+
+
+def syslog_forwarder(forward, environ):
+    """The runner's own lines go where the callback sends its lines (same environment options): the syslog copy
+    then ends with the run's last line, the anchor of the trail's head."""
+    if str(environ.get("GPUOPS_AUDIT_SYSLOG", "")).strip().lower() not in TRUE_WORDS:
+        return None
+    try:
+        return forward.SyslogForwarder(environ.get("GPUOPS_AUDIT_SYSLOG_ADDRESS") or forward.DEFAULT_ADDRESS,
+                                       environ.get("GPUOPS_AUDIT_SYSLOG_FACILITY") or forward.DEFAULT_FACILITY)
+    except (OSError, ValueError):
+        return None
 
 
 def scrub_command_artifact(artifact_dir, our_env):
@@ -191,25 +175,35 @@ def outcome_of(records, runner_status, runner_rc, interrupted):
 
 
 class RunbookRun:
-    """State of one run; ``execute()`` returns the exit code."""
+    """One run. The constructor checks the command line (options.UsageError, nothing written); ``execute()``
+    returns the exit code."""
 
-    def __init__(self, args, ask=None, out=print):
+    def __init__(self, args, ask=None, out=print, err=None):
         self.args = args
         self.ask = ask
         self.out = out
+        self.err = err or (lambda text: None)
+        self.runbook = RUNBOOKS[args.runbook]
         self.run_id = new_run_id()
-        self.data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
+        self.inventory = options.text("-i/--inventory", args.inventory)
+        self.ticket = options.ticket(args.ticket) if args.ticket is not None else None
+        self.confirm = options.cluster_name("--confirm", args.confirm) if args.confirm is not None else None
+        self.limit = options.text("--limit", args.limit) if args.limit is not None else None
+        self.vault_password_file = (options.existing_file("--vault-password-file", args.vault_password_file)
+                                    if args.vault_password_file is not None else None)
+        self.data_dir = options.directory_to_create("--data-dir", args.data_dir)
+        self.audit_log = options.trail_file("--audit-log", args.audit_log) if args.audit_log is not None else \
+            os.path.join(self.data_dir, "audit.jsonl")
+        explicit = (options.existing_directory("--collections-path", args.collections_path)
+                    if args.collections_path is not None else None)
+        self.collections_path = collection.find_collections_path(explicit)
+        self.chain, self.events, forward = collection.audit_api(self.collections_path)
+        self.forwarder = syslog_forwarder(forward, os.environ)
         self.run_dir = os.path.join(self.data_dir, "runs", self.run_id)
-        default_log = os.path.join(self.data_dir, "audit.jsonl")
-        self.audit_log = os.path.abspath(os.path.expanduser(args.audit_log or default_log))
-        self.playbook, self.apply_allowed = RUNBOOKS[args.runbook]
-        self.collections_path = collection.find_collections_path(args.collections_path)
-        self.chain = collection.chain(self.collections_path)
-        self.events = collection.events(self.collections_path)
         key = os.environ.get(self.events.HMAC_KEY_ENV)
         self.hmac_key = key.encode("utf-8") if key else None
         self.cluster = None
-        self.interrupted = False
+        self.interrupted = None
 
     @property
     def mode(self):
@@ -217,96 +211,151 @@ class RunbookRun:
 
     def _append(self, event, **fields):
         record = {"event": event, "run_id": self.run_id, "ts": utc_now(), "runbook": self.args.runbook,
-                  "playbook": "gpuops.nvidia." + self.playbook, "mode": self.mode}
+                  "playbook": "gpuops.nvidia." + self.runbook.playbook, "mode": self.mode}
         record.update(fields)
-        self.chain.append_record(self.audit_log, record, self.hmac_key)
+        try:
+            line = self.chain.append_record(self.audit_log, record, self.hmac_key)
+        except OSError as error:
+            raise TrailUnwritable("--audit-log: %s cannot be written (%s)" % (self.audit_log, error.strerror or error))
+        if self.forwarder is not None:
+            self.forwarder.send(line)
+
+    def _prepare_trail(self):
+        """The data dir and a writable trail, before anything runs (the trail fails closed)."""
+        try:
+            os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
+        except OSError as error:
+            raise options.UsageError("--data-dir", "%s cannot be created (%s)" % (self.data_dir, error.strerror))
+        if os.path.dirname(self.audit_log) == self.data_dir and os.path.isdir(self.audit_log):
+            raise TrailUnwritable("--audit-log: %s is a directory" % self.audit_log)
+        try:
+            self.chain.check_writable(self.audit_log)
+        except OSError as error:
+            raise TrailUnwritable("--audit-log: %s cannot be written (%s)" % (self.audit_log, error.strerror or error))
+        try:
+            os.makedirs(self.run_dir, mode=0o700)
+        except OSError as error:
+            raise options.UsageError("--data-dir", "%s cannot be created (%s)" % (self.run_dir, error.strerror))
 
     def _check(self, env):
-        extra_vars = parse_extra_vars(self.args.extra_vars, self.events)
-        confirm_var = CONFIRM_VARS.get(self.args.runbook)
-        if confirm_var in extra_vars:
-            raise Refused("-e %s: gpuops sets it, from --apply and the cluster name typed (--confirm)" % confirm_var)
-        if self.args.apply and not self.apply_allowed:
+        """The extra vars to run with; Refused when the run must not start."""
+        try:
+            extra_vars = extravars.parse(self.args.extra_vars, self.events.is_secret_name)
+        except extravars.ExtraVarsRefused as refusal:
+            raise Refused(str(refusal))
+        if self.args.apply and not self.runbook.apply_allowed:
             raise Refused("gpuops %s is a dry run by definition: use gpuops upgrade --apply" % self.args.runbook)
-        if self.args.apply and not (self.args.ticket or "").strip():
+        if self.args.apply and not self.ticket:
             raise Refused("--apply needs --ticket ID (the change or incident the run belongs to)")
         playbook_file = os.path.join(collection.collection_root(self.collections_path), "playbooks",
-                                     self.playbook + ".yml")
+                                     self.runbook.playbook + ".yml")
         if not os.path.isfile(playbook_file):
             raise Refused("gpuops.nvidia.%s is not in the collection at %s (not released yet?)"
-                          % (self.playbook, collection.collection_root(self.collections_path)))
-        if not os.path.exists(self.args.inventory):
-            raise Refused("inventory %s does not exist" % self.args.inventory)
+                          % (self.runbook.playbook, collection.collection_root(self.collections_path)))
         try:
-            listing = inventory.read_inventory(self.args.inventory, dict(os.environ, **env),
-                                               self.args.vault_password_file)
+            listing = inventory.read_inventory(self.inventory, dict(os.environ, **env), self.vault_password_file)
         except inventory.InventoryError as error:
-            raise Refused(str(error))
-        hosts = inventory.group_hosts(listing, TARGET_GROUP) or inventory.group_hosts(listing, "all")
-        names = inventory.cluster_names(listing, hosts)
-        self.cluster = names[0] if len(names) == 1 else None
+            raise Refused("-i/--inventory: %s" % error)
+        try:
+            self.cluster = inventory.the_cluster(listing)
+        except inventory.InventoryError as error:
+            if self.args.apply:
+                raise Refused("--apply: %s" % error)
         if self.args.apply:
-            if len(names) != 1 or names[0] is None:
-                raise Refused("--apply needs every target host to carry one %s; found %s"
-                              % (inventory.CLUSTER_VAR, names))
-            confirm_cluster(self.cluster, self.args.confirm, self.ask)
-            if confirm_var:
-                extra_vars[confirm_var] = self.cluster
+            confirm_cluster(self.cluster, self.confirm, self.ask)
+            extra_vars[CONFIRM_VAR] = self.cluster
         return extra_vars
 
     def _on_signal(self, signum, frame):
-        self.interrupted = True
+        self.interrupted = signal.Signals(signum).name
 
     def execute(self):
-        os.makedirs(self.run_dir, mode=0o700)
-        env = ansible_env(self.collections_path, self.audit_log, self.run_id, self.args.ticket)
+        env = ansible_env(self.collections_path, self.audit_log, self.run_id, self.ticket)
+        self._prepare_trail()
+        try:
+            return self._refuse_or_run(env)
+        except TrailUnwritable:
+            if not os.listdir(self.run_dir):
+                os.rmdir(self.run_dir)
+            raise
+
+    def _refuse_or_run(self, env):
+        about = {"ticket": self.ticket, "operator": operator(self.events),
+                 "collection": self.events.collection_info(collection.collection_root(self.collections_path))}
         try:
             extra_vars = self._check(env)
         except Refused as refusal:
-            self._append("refused", reason=str(refusal), exit_code=exitcodes.REFUSED, ticket=self.args.ticket,
-                         operator=operator(self.events), cluster=self.cluster,
-                         collection=self.events.collection_info(collection.collection_root(self.collections_path)))
+            self.err("gpuops: refused: %s" % refusal)
+            self._append("refused", reason=str(refusal), exit_code=exitcodes.REFUSED, cluster=self.cluster, **about)
             return self._finish(exitcodes.REFUSED)
+        # the first line of the run, written before the playbook starts: proves the trail takes lines
+        self._append("runner_start", cluster=self.cluster, limit=self.limit, extra_vars=sorted(extra_vars), **about)
         return self._run(env, extra_vars)
+
+    def _playbook_arguments(self):
+        arguments = [] if self.args.apply else ["--check"]
+        if self.args.diff:
+            arguments.append("--diff")
+        if self.vault_password_file:
+            arguments += ["--vault-password-file", self.vault_password_file]
+        return arguments
 
     def _run(self, env, extra_vars):
         import ansible_runner
 
-        cmdline = [] if self.args.apply else ["--check"]
-        if self.args.diff:
-            cmdline.append("--diff")
-        if self.args.vault_password_file:
-            cmdline += ["--vault-password-file", os.path.abspath(self.args.vault_password_file)]
         artifact_dir = os.path.join(self.run_dir, "artifacts", self.run_id)
         scrubbed, kept_events = [], []
         env_secrets = self.events.secret_values_from_mapping(os.environ)
+        if self.hmac_key:
+            env_secrets.add(self.hmac_key.decode("utf-8"))
 
         def on_event(event):
             if not scrubbed:  # the command file exists once events flow: shorten the time it holds the env
                 scrub_command_artifact(artifact_dir, env)
                 scrubbed.append(True)
-            kept_events.append(censor_event(event, env_secrets))
+            kept = censor_event(event, env_secrets)
+            kept_events.append(kept)
+            if not self.args.quiet:
+                line = progress.line_for(kept)
+                if line:
+                    self.out(line)
             return True
 
-        previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+        source = os.path.abspath(self.inventory) if os.path.exists(self.inventory) else self.inventory
+        process.become_subreaper()
+        before = set(process.child_pids())
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
         try:
             result = ansible_runner.interface.run(
                 private_data_dir=self.run_dir, ident=self.run_id,
                 project_dir=os.path.join(collection.collection_root(self.collections_path), "playbooks"),
-                playbook="gpuops.nvidia." + self.playbook, inventory=os.path.abspath(self.args.inventory),
-                limit=self.args.limit, extravars=extra_vars, cmdline=" ".join(cmdline) or None, envvars=env,
-                suppress_env_files=True, settings={"suppress_output_file": True}, quiet=not self.args.verbose,
-                event_handler=on_event,
-                cancel_callback=lambda: self.interrupted)
+                playbook="gpuops.nvidia." + self.runbook.playbook, inventory=source,
+                limit=self.limit, extravars=extra_vars, cmdline=shlex.join(self._playbook_arguments()) or None,
+                envvars=env, suppress_env_files=True, settings={"suppress_output_file": True},
+                quiet=not self.args.verbose, event_handler=on_event,
+                cancel_callback=lambda: self.interrupted is not None)
+        except BaseException as failure:  # pylint: disable=broad-exception-caught  # the playbook must not outlive us
+            stopped = process.stop_new_children(before)
+            reason = "the runner failed (%s: %s)" % (type(failure).__name__, failure)
+            self.err("gpuops: %s; the playbook was %s" % (reason, "stopped" if stopped else "not running"))
+            self._append("runner_end", exit_code=exitcodes.INTERRUPTED, outcome=exitcodes.MEANING[exitcodes.INTERRUPTED],
+                         reason=reason, playbook_stopped=bool(stopped), cluster=self.cluster, artifacts=artifact_dir)
+            return self._finish(exitcodes.INTERRUPTED)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+        # what a killed playbook left behind (its detached workers, reparented to us)
+        process.stop_new_children(before)
         scrub_command_artifact(artifact_dir, env)
         write_stdout_from_events(artifact_dir, kept_events)
         records = self.chain.read_records(self.audit_log, self.run_id)
-        code = outcome_of(records, result.status, result.rc, self.interrupted)
+        code = outcome_of(records, result.status, result.rc, self.interrupted is not None)
+        fields = {}
+        if self.interrupted:
+            fields = {"reason": "stopped by %s" % self.interrupted, "playbook_stopped": True}
+            self.err("gpuops: interrupted by %s: the playbook was stopped" % self.interrupted)
         self._append("runner_end", exit_code=code, outcome=exitcodes.MEANING[code], runner_status=result.status,
-                     runner_rc=result.rc, cluster=self.cluster, artifacts=artifact_dir)
+                     runner_rc=result.rc, cluster=self.cluster, artifacts=artifact_dir, **fields)
         return self._finish(code)
 
     def _finish(self, code):

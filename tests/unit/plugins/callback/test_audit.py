@@ -147,3 +147,44 @@ def test_no_secret_value_is_written(trail):
 def test_the_trail_verifies_with_the_key(trail):
     assert verify_file(trail["path"], b"unit-key")["ok"]
     assert not verify_file(trail["path"], b"other-key")["ok"]
+
+
+BREAKING_PLAYBOOK = """
+- name: Change a host while the trail breaks
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Replace the trail by a directory
+      ansible.builtin.shell: rm -f {{ trail_path }} && mkdir {{ trail_path }}
+      when: break_the_trail | bool
+      changed_when: true
+    - name: Change something
+      ansible.builtin.file:
+        path: "{{ marker }}"
+        state: touch
+      changed_when: true
+"""
+
+
+def run_with_trail(work, trail_path, break_the_trail):
+    (work / "play.yml").write_text(BREAKING_PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_PATH, ANSIBLE_CALLBACKS_ENABLED="gpuops.nvidia.audit",
+               GPUOPS_AUDIT_LOG=str(trail_path), ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    return subprocess.run(["ansible-playbook", str(work / "play.yml"), "-e", "trail_path=%s" % trail_path,
+                           "-e", "marker=%s" % (work / "changed"), "-e", "break_the_trail=%s" % break_the_trail,
+                           "-e", "ansible_python_interpreter=%s" % sys.executable],
+                          capture_output=True, text=True, env=env, timeout=240, cwd=str(work), check=False)
+
+
+def test_a_trail_that_cannot_be_written_stops_the_run_before_any_change(tmp_path):
+    (tmp_path / "trail-dir").mkdir()
+    done = run_with_trail(tmp_path, tmp_path / "trail-dir", False)
+    assert done.returncode != 0 and not (tmp_path / "changed").exists(), done.stdout + done.stderr
+    assert "cannot write the audit trail %s" % (tmp_path / "trail-dir") in done.stderr
+
+
+def test_a_trail_that_breaks_mid_run_stops_the_run_before_the_next_change(tmp_path):
+    done = run_with_trail(tmp_path, tmp_path / "audit.jsonl", True)
+    assert done.returncode != 0 and not (tmp_path / "changed").exists(), done.stdout + done.stderr
+    assert "stopping the run, nothing more may change unrecorded" in done.stderr

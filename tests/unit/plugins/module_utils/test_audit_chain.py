@@ -13,8 +13,8 @@ import os
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.audit.chain import (
-    GENESIS, append_record, canonical, line_digest, read_last_line, read_lines, read_records, seal, verify_file,
-    verify_lines,
+    GENESIS, anchors_from_text, append_record, canonical, check_writable, key_id, line_digest, read_last_line,
+    read_lines, read_records, seal, verify_file, verify_lines,
 )
 
 KEY = b"audit-test-key"
@@ -32,7 +32,8 @@ def test_an_untouched_trail_verifies_and_reports_its_head():
     lines = trail()
     verdict = verify_lines(lines)
     assert verdict == {"ok": True, "lines": 6, "head": line_digest(lines[-1]), "first_bad": None,
-                       "hmac_checked": False}
+                       "key_error": None, "hmac_checked": False, "unsigned": [[1, 6]], "other_key": [],
+                       "anchored_to": None}
 
 
 def test_first_line_chains_to_genesis_and_each_line_to_the_sha256_of_the_previous_one():
@@ -100,7 +101,8 @@ def test_rewritten_chain_from_an_edit_onwards_passes_without_key_but_fails_with_
         rewritten.append(seal(json.loads(line), rewritten[-1]))  # the forger has no key: no hmac
     assert verify_lines(rewritten)["ok"]
     verdict = verify_lines(rewritten, hmac_key=KEY)
-    assert verdict["first_bad"] == {"line": 3, "reason": "no hmac (the key was given)"}
+    assert not verdict["ok"] and verdict["unsigned"] == [[3, 6]]
+    assert verdict["key_error"].startswith("lines not signed with the given key: lines 3-6 unsigned")
 
 
 def test_hmac_catches_an_edit_of_the_last_line():
@@ -113,15 +115,105 @@ def test_hmac_catches_an_edit_of_the_last_line():
                                                               "reason": "hmac does not match: the line was edited"}
 
 
-def test_wrong_hmac_key_fails_on_the_first_line():
-    assert verify_lines(trail(key=KEY), hmac_key=b"other")["first_bad"]["line"] == 1
+def test_a_wrong_key_is_named_as_a_key_error_not_as_an_edited_line():
+    verdict = verify_lines(trail(key=KEY), hmac_key=b"other")
+    assert not verdict["ok"] and verdict["first_bad"] is None
+    assert verdict["key_error"].startswith("wrong key: the signed lines carry other key ids (line 1)")
+    assert json.loads(trail(key=KEY)[0])["kid"] == key_id(KEY) != key_id(b"other")
 
 
-def test_cut_off_tail_is_detected_against_the_anchored_head():
+def test_lines_of_a_run_without_the_key_are_reported_unsigned_and_later_keyed_lines_still_checked():
+    lines = trail(2, key=KEY)
+    for number, key in ((2, None), (3, None), (4, KEY), (5, KEY)):
+        lines.append(seal({"event": "task", "n": number}, lines[-1], key))
+    verdict = verify_lines(lines, hmac_key=KEY)
+    assert verdict["first_bad"] is None and verdict["unsigned"] == [[3, 4]]
+    assert verdict["key_error"] == ("lines not signed with the given key: lines 3-4 unsigned (written without a "
+                                    "key, or rewritten by someone without it)")
+    assert verify_lines(lines, hmac_key=KEY, allow_unsigned=True)["ok"]
+    record = json.loads(lines[5])
+    record["n"] = 99
+    lines[5] = canonical(record)          # the last line edited, its kid and hmac kept
+    edited = verify_lines(lines, hmac_key=KEY, allow_unsigned=True)
+    assert edited["first_bad"] == {"line": 6, "reason": "hmac does not match: the line was edited"}
+
+
+def test_a_rotated_key_reads_as_other_key_lines_not_as_edits():
+    lines = trail(2, key=b"old-key")
+    lines.append(seal({"event": "task"}, lines[-1], KEY))
+    verdict = verify_lines(lines, hmac_key=KEY)
+    assert verdict["first_bad"] is None and verdict["other_key"] == [[1, 2]]
+    assert "lines 1-2 signed with another key" in verdict["key_error"]
+    assert verify_lines(lines, hmac_key=KEY, allow_unsigned=True)["ok"]
+
+
+def forged(lines, change):
+    """``lines`` changed by ``change`` and re-chained from the first changed line on, as a forger without the key
+    would (seal without a key drops kid and hmac)."""
+    changed = change(list(lines))
+    unchanged = min(len(lines), len(changed))
+    first = next((index for index, (old, new) in enumerate(zip(lines, changed)) if old != new), unchanged)
+    rewritten = changed[:first]
+    for line in changed[first:]:
+        rewritten.append(seal(json.loads(line), rewritten[-1] if rewritten else None))
+    return rewritten
+
+
+def edit_host(index):
+    def change(lines):
+        record = json.loads(lines[index])
+        record["host"] = "elsewhere"
+        lines[index] = canonical(record)
+        return lines
+    return change
+
+
+@pytest.mark.parametrize("name, change", [
+    ("truncated tail", lambda lines: lines[:-2]),
+    ("edited last line", edit_host(-1)),
+    ("fully re-chained after an edit", edit_host(1)),
+    ("forged line appended after the anchored head, then the head line edited", lambda lines: edit_host(-1)(
+        lines) + [seal({"event": "task", "host": "forged"}, lines[-1])]),
+])
+def test_an_anchor_catches_truncation_and_forgery_without_the_key(name, change):
     lines = trail()
-    head = verify_lines(lines)["head"]
-    verdict = verify_lines(lines[:-2], expected_head=head)
-    assert verdict["first_bad"]["line"] == 5 and "removed from the end" in verdict["first_bad"]["reason"]
+    head = line_digest(lines[-1])
+    assert verify_lines(forged(lines, change))["ok"], name          # the chain alone cannot tell
+    verdict = verify_lines(forged(lines, change), anchors=[head])
+    assert not verdict["ok"] and "is the head of no prefix" in verdict["first_bad"]["reason"], name
+
+
+def test_an_appended_forged_line_is_caught_when_the_newest_anchor_must_be_the_head():
+    lines = trail()
+    anchors = [line_digest(lines[-1])]
+    lines.append(seal({"event": "task", "host": "forged"}, lines[-1]))
+    assert verify_lines(lines, anchors=anchors)["anchored_to"] == 6
+    verdict = verify_lines(lines, anchors=anchors, require_anchored_head=True)
+    assert verdict["first_bad"]["line"] == 7 and "follow the newest anchor" in verdict["first_bad"]["reason"]
+
+
+def test_every_older_genuine_anchor_verifies_as_the_head_of_a_prefix():
+    lines = trail()
+    anchors = [GENESIS] + [line_digest(line) for line in lines]
+    verdict = verify_lines(lines, anchors=anchors)
+    assert verdict["ok"] and verdict["anchored_to"] == 6
+    assert verify_lines(lines, anchors=[line_digest(lines[2])])["anchored_to"] == 3
+
+
+def test_anchors_are_read_from_a_syslog_export_and_a_list_of_heads():
+    lines = trail(3)
+    export = "\n".join(["Dec  3 01:00:00 bastion gpuops-audit: %s" % line for line in lines[:2]]
+                       + ["  %s  " % line_digest(lines[2]).upper(), "unrelated line", ""])
+    assert anchors_from_text(export) == [line_digest(line) for line in lines]
+
+
+def test_a_trail_that_cannot_be_written_is_named_before_a_run(tmp_path):
+    check_writable(str(tmp_path / "audit.jsonl"))
+    assert os.path.exists(tmp_path / "audit.jsonl")
+    with pytest.raises(OSError):
+        check_writable(str(tmp_path))
+    with pytest.raises(OSError):
+        check_writable(str(tmp_path / "audit.jsonl" / "below-a-file"))
 
 
 def test_garbage_and_empty_lines_are_named():
@@ -132,7 +224,8 @@ def test_garbage_and_empty_lines_are_named():
 
 
 def test_empty_trail_is_intact_with_the_genesis_head():
-    assert verify_lines([]) == {"ok": True, "lines": 0, "head": GENESIS, "first_bad": None, "hmac_checked": False}
+    assert verify_lines([]) == {"ok": True, "lines": 0, "head": GENESIS, "first_bad": None, "key_error": None,
+                                "hmac_checked": False, "unsigned": [], "other_key": [], "anchored_to": None}
 
 
 def test_append_record_creates_a_private_file_and_chains_to_its_last_line(tmp_path):
