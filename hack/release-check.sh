@@ -83,12 +83,12 @@ mapfile -t playbooks < <(names playbooks)
 ansible-playbook --syntax-check "${playbooks[@]}" 2> "${work}/syntax.err" >/dev/null \
     || { cat "${work}/syntax.err" >&2; exit 1; }
 echo "ansible-playbook --syntax-check: ${#playbooks[@]} runbooks (${playbooks[*]})" | sed "s/gpuops\.nvidia\.//2g"
-for playbook in "${installed}"/deploy/awx/*.yml; do
-    [[ -e "${playbook}" ]] || continue
-    grep -q '^- name:' "${playbook}" || continue   # variable files beside the playbook
-    ansible-playbook --syntax-check "${playbook}" >/dev/null
-    echo "ansible-playbook --syntax-check: deploy/awx/$(basename "${playbook}")"
-done
+mapfile -t awx_playbooks < <(cd "${installed}" && ls deploy/awx/*.yml deploy/awx/playbooks/*.yml 2>/dev/null)
+if [[ ${#awx_playbooks[@]} -gt 0 ]]; then
+    (cd "${installed}" && ansible-playbook --syntax-check "${awx_playbooks[@]}" 2> "${work}/syntax.err" >/dev/null) \
+        || { cat "${work}/syntax.err" >&2; exit 1; }
+    echo "ansible-playbook --syntax-check: ${#awx_playbooks[@]} AWX playbooks (${awx_playbooks[*]})"
+fi
 
 step "ansible-builder create (execution environment build context)"
 cp -r "${repo}/ee" "${work}/ee"
