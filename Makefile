@@ -75,6 +75,11 @@ lab-test: tree
 release-check: venv
 	bash hack/release-check.sh $(BIN)
 
+# the docs site (antsibull-docs + Sphinx, offline), failing on any warning but the offline intersphinx ones
+DOCS_DEST ?= $(TREE)-docs
+docs: tree
+	bash hack/docs-build.sh $(TREE) $(DOCS_DEST) $(BIN)
+
 test: deps sanity units lint release-check lab-test
 
 test-matrix: deps tree
