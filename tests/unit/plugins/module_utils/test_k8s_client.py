@@ -132,8 +132,8 @@ def gcp_kubeconfig_with_expired_token():
 
 
 @pytest.mark.parametrize("persist_config, written_back", [(None, False), (False, False), (True, True)])
-def test_refreshed_token_is_written_to_the_kubeconfig_only_with_persist_config(tmp_path, persist_config,
-                                                                                written_back):
+def test_refreshed_token_is_written_to_the_kubeconfig_only_with_persist_config(
+        tmp_path, persist_config, written_back):
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(gcp_kubeconfig_with_expired_token()))
     api = build_api_client(params(kubeconfig=str(path), persist_config=persist_config))
