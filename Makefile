@@ -19,12 +19,14 @@ APT_PACKAGES ?= hack/apt-packages.txt
 # <ansible-core minor>:<python>: the floor of meta/runtime.yml and the newest requirements.txt allows
 MATRIX ?= 2.16:3.11 2.21:3.13
 
-.PHONY: help deps venv tree sanity units lint changelog-lint lab-test test test-matrix demo clean
+.PHONY: help deps venv tree sanity units lint changelog-lint lab-test release-check docs test test-matrix demo clean
 
 help:
 	@echo "make test    sanity (ansible-test), units (ansible-test), ansible-lint (production), twin tests"
 	@echo "make demo    start the fleet twin, run the driver upgrade runbook over it (plan, then confirmed), stop the twin"
 	@echo "make test-matrix   unit tests + diagnose twin run on ansible-core $(MATRIX) (own venvs .venv-ac*)"
+	@echo "make release-check   build the tarball, install it, ansible-doc every plugin, syntax-check every runbook"
+	@echo "make docs    the docs site (antsibull-docs + Sphinx) into $(DOCS_DEST), failing on any warning"
 	@echo "make deps | venv | sanity | units | lint | lab-test | clean"
 
 deps:
@@ -69,7 +71,16 @@ lab-test: tree
 	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
 	  $(BIN)/python -m pytest $(PYTEST_LAB) lab/tests
 
-test: deps sanity units lint lab-test
+# ~15 s: build the tarball, install it into an empty collections path, ansible-doc and syntax-check from there
+release-check: venv
+	bash hack/release-check.sh $(BIN)
+
+# the docs site (antsibull-docs + Sphinx, offline), failing on any warning but the offline intersphinx ones
+DOCS_DEST ?= $(TREE)-docs
+docs: tree
+	bash hack/docs-build.sh $(TREE) $(DOCS_DEST) $(BIN)
+
+test: deps sanity units lint release-check lab-test
 
 test-matrix: deps tree
 	bash hack/test-matrix.sh $(TREE) $(MATRIX)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Connection options of the Kubernetes modules (names and environment variables as kubernetes.core)."""
+    """Connection options and action group of the Kubernetes modules (option names, meanings and environment
+    variables as kubernetes.core)."""
 
     DOCUMENTATION = r"""
 options:
@@ -31,6 +32,18 @@ options:
     description:
       - Bearer token for the API server, overriding the kubeconfig's credentials.
       - Can also be set with the E(K8S_AUTH_API_KEY) environment variable.
+    type: str
+  username:
+    description:
+      - User name for HTTP basic authentication to the API server, with O(password).
+      - Only for clusters that accept basic authentication (Kubernetes itself removed it in 1.19); O(api_key)
+        takes precedence when both are set.
+      - Can also be set with the E(K8S_AUTH_USERNAME) environment variable.
+    type: str
+  password:
+    description:
+      - Password for HTTP basic authentication, with O(username).
+      - Can also be set with the E(K8S_AUTH_PASSWORD) environment variable.
     type: str
   validate_certs:
     description:
@@ -61,6 +74,41 @@ options:
       - HTTP proxy URL for the connections to the API server.
       - Can also be set with the E(K8S_AUTH_PROXY) environment variable.
     type: str
+  no_proxy:
+    description:
+      - Comma-separated hosts, domains, IP addresses or CIDRs reached without O(proxy), for example
+        C(localhost,.cluster.local,10.0.0.0/8).
+      - Can also be set with the E(K8S_AUTH_NO_PROXY) environment variable.
+    type: str
+  proxy_headers:
+    description:
+      - Headers sent to the HTTP proxy of O(proxy), built with urllib3's C(make_headers).
+    type: dict
+    suboptions:
+      proxy_basic_auth:
+        description:
+          - C(username:password) for the proxy's basic authentication (C(Proxy-Authorization) header).
+          - Can also be set with the E(K8S_AUTH_PROXY_HEADERS_PROXY_BASIC_AUTH) environment variable.
+        type: str
+      basic_auth:
+        description:
+          - C(username:password) for a basic authentication header to the proxy.
+          - Can also be set with the E(K8S_AUTH_PROXY_HEADERS_BASIC_AUTH) environment variable.
+        type: str
+      user_agent:
+        description:
+          - User agent sent to the proxy, for example C(gpuops/1.0).
+          - Can also be set with the E(K8S_AUTH_PROXY_HEADERS_USER_AGENT) environment variable.
+        type: str
+  persist_config:
+    description:
+      - Whether to write refreshed credentials (OIDC refresh tokens and the like) back to the kubeconfig file.
+      - Without it the refreshed token is used for this task only, and an expired refresh token makes a later
+        run fail to authenticate.
+      - Only for a kubeconfig file (O(kubeconfig) as a path or the default one), not for a dictionary.
+      - Can also be set with the E(K8S_AUTH_PERSIST_CONFIG) environment variable.
+      - Not set means V(false), as in kubernetes.core.
+    type: bool
   impersonate_user:
     description:
       - User name to act as (C(Impersonate-User) header).
@@ -74,11 +122,20 @@ options:
       - Can also be set with the E(K8S_AUTH_IMPERSONATE_GROUPS) environment variable.
     type: list
     elements: str
+attributes:
+  action_group:
+    description:
+      - Use C(group/gpuops.nvidia.k8s) in C(module_defaults) to set the connection options of these modules;
+        the group extends C(kubernetes.core.k8s), so the same block also sets them for C(kubernetes.core.k8s),
+        C(kubernetes.core.k8s_info) and the other kubernetes.core modules.
+    support: full
+    membership:
+      - gpuops.nvidia.k8s
 requirements:
   - kubernetes >= 28.1.0 (the official Python client, on the machine that runs the module)
 notes:
   - "These modules talk to the API server from where they run: use C(delegate_to: localhost) or a play on
     C(localhost)."
-  - "Set the connection once for all of them with
+  - "Set the connection once for all of them, and for the kubernetes.core modules, with
     C(module_defaults: {group/gpuops.nvidia.k8s: {kubeconfig: ...}})."
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: kernel_module_type
 short_description: The NVIDIA kernel module flavour for a node's GPUs
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Resolves V(auto) to V(open) or V(proprietary) from the GPUs' PCI device ids (open for Turing and newer,
     required from Blackwell; proprietary for Volta and older; proprietary for branches before 560, which

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: mok_signing_key
 short_description: Keep a kernel-module signing key (MOK) on a node, point DKMS at it and stage its enrolment
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Makes sure a Machine Owner Key pair for signing kernel modules is on the node, generated there with
     C(openssl) (RSA 2048, self-signed, Code Signing and kernel module-signing extended key usages, certificate

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_precheck_facts
 short_description: Check that a host can become a GPU node, reading everything in one call
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads, read-only, what the GPU node runbook needs before anything is changed, and returns it with a
     verdict in C(ansible_facts.gpu_node_precheck).

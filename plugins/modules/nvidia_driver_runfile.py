@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: nvidia_driver_runfile
 short_description: Install or remove the NVIDIA driver with NVIDIA's runfile, exactly at the version asked for
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Installs the driver O(version) from the runfile O(runfile) already on the node, the runbook's way
     (C(--silent --dkms --no-drm), the kernel module flavour, the module-signing key), or removes it.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: operator_driver_version
 short_description: Raise the driver version where the GPU Operator reads it, keeping the previous one
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Sets the driver version of a GPU Operator custom resource with one merge patch, conditional on its
     resourceVersion (re-read and retried on a conflict) - a ClusterPolicy's C(spec.driver.version) (NVIDIA's

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: operator_node_hold
 short_description: Hold GPU nodes back from the GPU Operator's driver upgrade, and let them go batch by batch
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Paces the GPU Operator's upgrade controller with its own mechanism, the node label
     C(nvidia.com/gpu-driver-upgrade.skip=true) (a node in C(upgrade-required) that carries it is never moved on).

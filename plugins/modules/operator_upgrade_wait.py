@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: operator_upgrade_wait
 short_description: Wait until the GPU Operator runs the new driver on a node (and restart its driver pod when asked)
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Follows one node's driver upgrade under the GPU Operator until it is done or failed, polling the API.
   - Done means the node's driver pod is of its DaemonSet's newest revision (its C(controller-revision-hash) is the

@@ -29,10 +29,6 @@ attributes:
     support: none
   platform:
     platforms: posix
-  action_group:
-    description: Use C(group/gpuops.nvidia.k8s) in C(module_defaults) to set the connection options.
-    support: full
-    membership: [gpuops.nvidia.k8s]
 options:
   state:
     description:

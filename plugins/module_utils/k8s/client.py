@@ -76,11 +76,20 @@ K8S_AUTH_ARG_SPEC = dict(
     context=dict(type='str', fallback=_env('K8S_AUTH_CONTEXT')),
     host=dict(type='str', fallback=_env('K8S_AUTH_HOST')),
     api_key=dict(type='str', no_log=True, fallback=_env('K8S_AUTH_API_KEY')),
+    username=dict(type='str', fallback=_env('K8S_AUTH_USERNAME')),
+    password=dict(type='str', no_log=True, fallback=_env('K8S_AUTH_PASSWORD')),
     validate_certs=dict(type='bool', aliases=['verify_ssl'], fallback=_env('K8S_AUTH_VERIFY_SSL')),
     ca_cert=dict(type='path', aliases=['ssl_ca_cert'], fallback=_env('K8S_AUTH_SSL_CA_CERT')),
     client_cert=dict(type='path', aliases=['cert_file'], fallback=_env('K8S_AUTH_CERT_FILE')),
     client_key=dict(type='path', aliases=['key_file'], no_log=False, fallback=_env('K8S_AUTH_KEY_FILE')),
     proxy=dict(type='str', fallback=_env('K8S_AUTH_PROXY')),
+    no_proxy=dict(type='str', fallback=_env('K8S_AUTH_NO_PROXY')),
+    proxy_headers=dict(type='dict', apply_defaults=True, options=dict(
+        proxy_basic_auth=dict(type='str', no_log=True, fallback=_env('K8S_AUTH_PROXY_HEADERS_PROXY_BASIC_AUTH')),
+        basic_auth=dict(type='str', no_log=True, fallback=_env('K8S_AUTH_PROXY_HEADERS_BASIC_AUTH')),
+        user_agent=dict(type='str', fallback=_env('K8S_AUTH_PROXY_HEADERS_USER_AGENT')),
+    )),
+    persist_config=dict(type='bool', fallback=_env('K8S_AUTH_PERSIST_CONFIG')),
     impersonate_user=dict(type='str', fallback=_env('K8S_AUTH_IMPERSONATE_USER')),
     impersonate_groups=dict(type='list', elements='str', fallback=_env('K8S_AUTH_IMPERSONATE_GROUPS')),
 )
@@ -101,20 +110,22 @@ def build_api_client(params):
         raise K8sConfigError(missing_required_lib('kubernetes'))
     configuration = k8s_client.Configuration()
     kubeconfig = params.get('kubeconfig')
-    context = params.get('context')
+    # the client's loader writes refreshed tokens back to the file unless told not to; kubernetes.core's default
+    loaded = dict(context=params.get('context'), client_configuration=configuration,
+                  persist_config=bool(params.get('persist_config')))
     try:
         if isinstance(kubeconfig, dict):
-            k8s_config.load_kube_config_from_dict(kubeconfig, context=context, client_configuration=configuration)
+            k8s_config.load_kube_config_from_dict(kubeconfig, **loaded)
         elif kubeconfig:
             path = os.path.expanduser(str(kubeconfig))
             if not os.path.exists(path):
                 raise K8sConfigError('kubeconfig %s does not exist' % path)
-            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+            k8s_config.load_kube_config(config_file=path, **loaded)
         elif not params.get('host'):
             default_paths = [os.path.expanduser(one) for one in
                              os.environ.get('KUBECONFIG', '~/.kube/config').split(os.pathsep) if one]
             if any(os.path.exists(one) for one in default_paths):
-                k8s_config.load_kube_config(context=context, client_configuration=configuration)
+                k8s_config.load_kube_config(**loaded)
             elif os.environ.get('KUBERNETES_SERVICE_HOST'):
                 k8s_config.load_incluster_config(client_configuration=configuration)
             else:
@@ -141,17 +152,28 @@ def _apply_overrides(configuration, params):
     if params.get('host'):
         configuration.host = params['host']
     if params.get('api_key'):
-        # 'BearerToken' is the key of kubernetes >= 30 (with 'authorization' as its alias), 'authorization' before
-        bearer = 'Bearer ' + params['api_key']
-        configuration.api_key = {'BearerToken': bearer, 'authorization': bearer}
-        configuration.api_key_prefix = {}
-        configuration.refresh_api_key_hook = None   # the kubeconfig loader's hook would put its own token back
+        _set_authorization(configuration, 'Bearer ' + params['api_key'])
+    elif params.get('username') and params.get('password'):
+        # the client's auth_settings() carries only the api_key entry: basic auth goes through it as well
+        _set_authorization(configuration, urllib3.util.make_headers(
+            basic_auth='%s:%s' % (params['username'], params['password']))['authorization'])
     if params.get('validate_certs') is not None:
         configuration.verify_ssl = params['validate_certs']
     for option, attribute in (('ca_cert', 'ssl_ca_cert'), ('client_cert', 'cert_file'), ('client_key', 'key_file'),
-                              ('proxy', 'proxy')):
+                              ('proxy', 'proxy'), ('no_proxy', 'no_proxy')):
         if params.get(option):
             setattr(configuration, attribute, params[option])
+    proxy_headers = dict((name, value) for name, value in (params.get('proxy_headers') or {}).items()
+                         if value is not None)
+    if proxy_headers:
+        configuration.proxy_headers = urllib3.util.make_headers(**proxy_headers)
+
+
+def _set_authorization(configuration, value):
+    # 'BearerToken' is the key of kubernetes >= 30 (with 'authorization' as its alias), 'authorization' before
+    configuration.api_key = {'BearerToken': value, 'authorization': value}
+    configuration.api_key_prefix = {}
+    configuration.refresh_api_key_hook = None   # the kubeconfig loader's hook would put its own token back
 
 
 def api_client_from_module(module):

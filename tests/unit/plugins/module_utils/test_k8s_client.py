@@ -10,6 +10,8 @@ import json
 import pytest
 import yaml
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import client as _k8s_client
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, K8sConfigError, api_error_message, build_api_client, status_from_response, status_of)
@@ -55,10 +57,15 @@ def test_option_names_and_environment_variables_are_those_of_kubernetes_core():
         "kubeconfig": "K8S_AUTH_KUBECONFIG", "context": "K8S_AUTH_CONTEXT", "host": "K8S_AUTH_HOST",
         "api_key": "K8S_AUTH_API_KEY", "validate_certs": "K8S_AUTH_VERIFY_SSL", "ca_cert": "K8S_AUTH_SSL_CA_CERT",
         "client_cert": "K8S_AUTH_CERT_FILE", "client_key": "K8S_AUTH_KEY_FILE", "proxy": "K8S_AUTH_PROXY",
-        "impersonate_user": "K8S_AUTH_IMPERSONATE_USER", "impersonate_groups": "K8S_AUTH_IMPERSONATE_GROUPS"}
-    assert {name: spec["fallback"][1] for name, spec in K8S_AUTH_ARG_SPEC.items()} == {
+        "impersonate_user": "K8S_AUTH_IMPERSONATE_USER", "impersonate_groups": "K8S_AUTH_IMPERSONATE_GROUPS",
+        "username": "K8S_AUTH_USERNAME", "password": "K8S_AUTH_PASSWORD", "no_proxy": "K8S_AUTH_NO_PROXY",
+        "persist_config": "K8S_AUTH_PERSIST_CONFIG"}
+    assert {name: spec["fallback"][1] for name, spec in K8S_AUTH_ARG_SPEC.items() if name != "proxy_headers"} == {
         name: [env] for name, env in expected.items()}
+    assert {name: spec["fallback"][1] for name, spec in K8S_AUTH_ARG_SPEC["proxy_headers"]["options"].items()} == {
+        name: ["K8S_AUTH_PROXY_HEADERS_" + name.upper()] for name in ("proxy_basic_auth", "basic_auth", "user_agent")}
     assert K8S_AUTH_ARG_SPEC["api_key"]["no_log"] is True
+    assert K8S_AUTH_ARG_SPEC["password"]["no_log"] is True
     assert K8S_AUTH_ARG_SPEC["validate_certs"]["aliases"] == ["verify_ssl"]
 
 
@@ -84,6 +91,55 @@ def test_explicit_options_override_the_kubeconfig():
     assert configuration.proxy == "http://proxy:3128"
     assert api.default_headers["Impersonate-User"] == "sre"
     assert api.default_headers["Impersonate-Group"] == "gpu-admins"
+
+
+def test_username_and_password_give_basic_auth_unless_an_api_key_is_set():
+    api = build_api_client(params(host="https://10.0.0.1:443", username="admin", password="s3cret"))
+    assert bearer_token(api) == "Basic " + base64.b64encode(b"admin:s3cret").decode()
+    api = build_api_client(params(host="https://10.0.0.1:443", username="admin", password="s3cret", api_key="tok"))
+    assert bearer_token(api) == "Bearer tok"
+
+
+def test_proxy_headers_reach_the_proxy_and_no_proxy_hosts_bypass_it():
+    proxied = build_api_client(params(host="https://10.0.0.1:443", proxy="http://proxy:3128",
+                                      proxy_headers=dict(proxy_basic_auth="me:pw", basic_auth=None,
+                                                         user_agent="gpuops/1")))
+    sent = proxied.rest_client.pool_manager.proxy_headers
+    assert sent["proxy-authorization"] == "Basic " + base64.b64encode(b"me:pw").decode()
+    assert sent["user-agent"] == "gpuops/1"
+    bypassed = build_api_client(params(host="https://10.0.0.1:443", proxy="http://proxy:3128",
+                                       no_proxy="localhost,10.0.0.0/8"))
+    assert bypassed.configuration.no_proxy == "localhost,10.0.0.0/8"
+    assert getattr(bypassed.rest_client.pool_manager, "proxy", None) is None
+
+
+def test_proxy_headers_come_from_the_environment_as_in_kubernetes_core(monkeypatch):
+    monkeypatch.setenv("K8S_AUTH_PROXY_HEADERS_USER_AGENT", "from-env/1")
+    result = ArgumentSpecValidator(K8S_AUTH_ARG_SPEC).validate({})
+    assert not result.errors.messages
+    assert result.validated_parameters["proxy_headers"]["user_agent"] == "from-env/1"
+
+
+def gcp_kubeconfig_with_expired_token():
+    """A user whose token has expired and is refreshed by a command (the gcp provider's cmd-path), as OIDC and
+    cloud logins refresh theirs: what persist_config decides is whether the new token is written back."""
+    config = kubeconfig_dict()
+    refreshed = json.dumps({"credential": {"access_token": "n3w", "token_expiry": "2099-01-01T00:00:00Z"}})
+    config["users"] = [{"name": "u", "user": {"auth-provider": {"name": "gcp", "config": {
+        "access-token": "old", "expiry": "2000-01-01T00:00:00Z", "cmd-path": "/bin/echo", "cmd-args": refreshed,
+        "token-key": "{.credential.access_token}", "expiry-key": "{.credential.token_expiry}"}}}}]
+    return config
+
+
+@pytest.mark.parametrize("persist_config, written_back", [(None, False), (False, False), (True, True)])
+def test_refreshed_token_is_written_to_the_kubeconfig_only_with_persist_config(
+        tmp_path, persist_config, written_back):
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(gcp_kubeconfig_with_expired_token()))
+    api = build_api_client(params(kubeconfig=str(path), persist_config=persist_config))
+    assert bearer_token(api) == "Bearer n3w"
+    saved = yaml.safe_load(path.read_text())["users"][0]["user"]["auth-provider"]["config"]["access-token"]
+    assert saved == ("n3w" if written_back else "old")
 
 
 def test_context_selects_the_named_context():
