@@ -321,11 +321,11 @@ def loaded_version(lab, node: str):
 
 # --------------------------------------------------------------------------- one round
 
-def run_round(seed: int, work_dir: str, nodes=None, log=print) -> dict:
+def run_round(seed: int, work_dir: str, nodes=None, log=None) -> dict:
     """One round from its seed, judged; the result dict written to results/chaos/<seed>.json."""
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir)
-    chaos = Round(seed, work_dir, nodes, log)
+    chaos = Round(seed, work_dir, nodes, log or (lambda text: print(text, flush=True)))
     plan = chaos.plan
     chaos.log("plan: %s" % json.dumps(plan))
     started = time.time()

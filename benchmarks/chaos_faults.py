@@ -3,7 +3,8 @@
 Node faults go through `gpulab fault` / `gpulab clear`, as an operator would break a node; the surroundings are
 broken by the harness itself: Prometheus and Alertmanager stop answering (SIGSTOP, then SIGCONT), another holder
 takes the roll-out lock (its Lease written as another `rollout_lock` would), a PDB blocks a drain and is then
-released, sshd is killed. The controller kill is the round's own business (it owns the ansible-playbook process).
+released, sshd is killed, the API twin answers errors or holds a request (rules in `DIR/api-faults.json`, read by
+lab/gpulab/kube/api/faults.py). The controller kill is the round's own business (it owns the ansible-playbook process).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from chaos_schedule import NODE_FAULTS
+from chaos_schedule import API_FAULTS, NODE_FAULTS
 
 LOCK_NAME, LOCK_NAMESPACE = "gpuops-nvidia-rollout", "kube-system"
 OTHER_HOLDER = "mallory@bastion-9/chaos"
@@ -35,6 +36,8 @@ class Injector:
         self.kubeconfig = os.path.join(lab.state_dir, "kubeconfig")
         self.stopped_pids = set()
         self.lock_taken = False
+        self.api_rules = []
+        self.api_faults_path = os.path.join(lab.state_dir, "api-faults.json")
 
     # ---- node faults ----------------------------------------------------------------------------------------
     def apply(self, fault: dict) -> dict:
@@ -55,6 +58,8 @@ class Injector:
             return self._stop(self.alertmanager.process.pid if self.alertmanager else None)
         if kind == "lock-taken":
             return self._take_lock()
+        if kind in API_FAULTS:
+            return self._write_api_rules(self.api_rules + [API_FAULTS[kind]])
         raise ValueError("no injector for fault %r" % kind)
 
     def release(self, fault: dict) -> None:
@@ -79,6 +84,8 @@ class Injector:
             self._resume(pid)
         if self.lock_taken:
             self._release_lock()
+        if self.api_rules:
+            self._write_api_rules([])
 
     # ---- services that stop answering -------------------------------------------------------------------------
     def _stop(self, pid) -> dict:
@@ -92,6 +99,16 @@ class Injector:
         if pid in self.stopped_pids:
             os.kill(pid, signal.SIGCONT)
             self.stopped_pids.discard(pid)
+
+    # ---- the API twin's answers -------------------------------------------------------------------------------
+    def _write_api_rules(self, rules: list) -> dict:
+        """Replace the rule file at once (a new file starts every rule's count again)."""
+        self.api_rules = rules
+        partial = self.api_faults_path + ".new"
+        with open(partial, "w") as stream:
+            json.dump(rules, stream)
+        os.replace(partial, self.api_faults_path)
+        return {"rules": rules}
 
     # ---- another holder's lock ----------------------------------------------------------------------------------
     def _take_lock(self) -> dict:

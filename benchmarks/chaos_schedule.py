@@ -14,7 +14,14 @@ NODE_FAULTS = ("dkms-fail", "reboot-hang", "slow-boot", "disk-full", "secure-boo
 # faults of the surroundings, applied by the harness itself (benchmarks/chaos_faults.py)
 OTHER_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                 "controller-kill")
-FAULT_KINDS = NODE_FAULTS + OTHER_FAULTS
+# the API twin's answers (rules of lab/gpulab/kube/api/faults.py): each rule ends after its count of requests
+API_FAULTS = {
+    "api-500": {"path": "^/api/v1/nodes", "code": 500, "count": 3},
+    "api-429-burst": {"path": "^/api", "code": 429, "count": 10},
+    "api-hung-request": {"path": "^/api/v1/nodes", "hang_s": 20, "count": 1},
+    "lease-409": {"path": "/leases/gpuops-nvidia-rollout$", "methods": ["PUT"], "code": 409, "count": 2},
+}
+FAULT_KINDS = NODE_FAULTS + OTHER_FAULTS + tuple(API_FAULTS)
 # faults that end by themselves after `hold_s` (the rest last until the round's end, when the harness clears all)
 RELEASED_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                    "kubelet-down")
