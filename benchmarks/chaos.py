@@ -365,6 +365,9 @@ def run_round(seed: int, work_dir: str, nodes=None, log=None) -> dict:
     finally:
         if alertmanager is not None:
             alertmanager.stop()
+        for name in ("kube-records.jsonl", "events.jsonl"):     # kept for a post-mortem: `down` removes the state
+            if os.path.exists(os.path.join(lab.state_dir, name)):
+                shutil.copy(os.path.join(lab.state_dir, name), os.path.join(work_dir, name))
         stop_lab(lab)
     result["wall_s"] = round(time.time() - started, 1)
     return result
@@ -372,15 +375,16 @@ def run_round(seed: int, work_dir: str, nodes=None, log=None) -> dict:
 
 def judge(chaos: Round, lab, alertmanager, watcher: Watcher, killed_runs: list, round_start: float) -> dict:
     plan = chaos.plan
-    records = [record for record in read_records(os.path.join(lab.state_dir, "kube-records.jsonl"))
-               if record.get("ts", 0) >= round_start]
+    # the replays start from the lab's first record: the workload's pods and the nodes as they were before the run
+    records = list(read_records(os.path.join(lab.state_dir, "kube-records.jsonl")))
     changes = [record for record in records if record.get("record") == "change"]
-    events = lab.events(since=round_start)
+    all_events = lab.events()
+    events = [event for event in all_events if event.get("ts", 0) >= round_start]
     nodes = nodes_json(lab)
     final_records = {name: record_of(node) for name, node in nodes.items()}
     audit = read_audit(chaos.audit_path)
     budget = budget_of(plan["inputs"]["gpuops_max_unavailable"], plan["nodes"])
-    checked = check_records(records, events, None)
+    checked = check_records(records, all_events, None)
     boots = {}
     for event in events:
         if event.get("kind") == "up":
@@ -400,10 +404,14 @@ def judge(chaos: Round, lab, alertmanager, watcher: Watcher, killed_runs: list, 
     violations += untouched_after_a_stop(changes, audit)
     violations += lock_at_end(lock_holder(lab))
     violations += silences_left(active_silences(alertmanager.url), final_records)
-    violations += run_agrees(last["rc"], last["output"], last["run_record"], final_records)
+    # the last run, and the last one that wrote a run record when the last refused before writing one
+    recorded = next((run for run in reversed(chaos.runs) if run["run_record"] is not None), None)
+    for run in [last] + ([recorded] if recorded is not None and recorded is not last else []):
+        violations += run_agrees(run["rc"], run["output"], run["run_record"], final_records)
     if verified["rc"] != 0:
         violations.append(violation("audit", "the audit trail does not verify: %s" % verified["output"]))
-    violations += audit_names_actions(twin_actions(changes, events), audit, killed_spans)
+    actions = [action for action in twin_actions(changes, events) if action[0] >= round_start]
+    violations += audit_names_actions(actions, audit, killed_spans)
     end_states = {name: (record or {}).get("state") for name, record in sorted(final_records.items())}
     return {
         "seed": chaos.seed, "nodes": plan["nodes"], "inputs": plan["inputs"], "budget": budget,
