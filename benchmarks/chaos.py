@@ -282,10 +282,9 @@ class Round:
         return run
 
 
-def record_changes(state_dir: str) -> int:
-    with open(os.path.join(state_dir, "kube-records.jsonl")) as stream:
-        return sum(1 for line in stream if '"record":"change"' in line and '"resource":"nodes"' in line
-                   and "driver-upgrade" in line)
+def upgrade_records(lab) -> dict:
+    """node -> its upgrade record now (None: none)."""
+    return {name: record_of(node) for name, node in nodes_json(lab).items()}
 
 
 def read_audit(path: str) -> list:
@@ -353,9 +352,9 @@ def run_round(seed: int, work_dir: str, nodes=None, log=None) -> dict:
         for _ in range(RESUME_RUNS):
             if chaos.runs[-1]["rc"] == 0:
                 break
-            before = record_changes(lab.state_dir)
+            before = upgrade_records(lab)
             chaos.run_once(lab, alertmanager, None, "resume after the faults were cleared")
-            if chaos.runs[-1]["rc"] != 0 and record_changes(lab.state_dir) == before:
+            if chaos.runs[-1]["rc"] != 0 and upgrade_records(lab) == before:
                 break     # refused without moving a record: it says why, a person has to look
         try:
             wait_for(lambda: all_ready(lab), "every node Ready at the end", SETTLE_S)
