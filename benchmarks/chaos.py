@@ -160,12 +160,12 @@ class Watcher:
 
     def _read_records(self) -> None:
         path = os.path.join(self.lab.state_dir, "kube-records.jsonl")
-        with open(path) as stream:
+        with open(path, "rb") as stream:
             stream.seek(self._records_offset)
             chunk = stream.read()
-        complete = chunk[:chunk.rfind("\n") + 1]
-        self._records_offset += len(complete.encode())
-        for line in complete.splitlines():
+        complete = chunk[:chunk.rfind(b"\n") + 1]      # a line being written is read at the next turn
+        self._records_offset += len(complete)
+        for line in complete.decode().splitlines():
             if '"record":"change"' not in line or '"resource":"nodes"' not in line:
                 continue
             change = json.loads(line)
@@ -301,7 +301,7 @@ def verify_audit(path: str) -> dict:
     return {"rc": done.returncode, "output": (done.stdout + done.stderr).strip()[-500:]}
 
 
-def active_silences(url: str) -> list:
+def silences(url: str) -> list:
     with urllib.request.urlopen(url + "/api/v2/silences", timeout=10) as response:
         return json.load(response)
 
@@ -321,7 +321,8 @@ def loaded_version(lab, node: str):
 # --------------------------------------------------------------------------- one round
 
 def run_round(seed: int, work_dir: str, nodes=None, log=None) -> dict:
-    """One round from its seed, judged; the result dict written to results/chaos/<seed>.json."""
+    """One round from its seed on a fresh twin in work_dir, judged: the result (main writes it to
+    results/chaos/<seed>.json)."""
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir)
     chaos = Round(seed, work_dir, nodes, log or (lambda text: print(text, flush=True)))
@@ -402,7 +403,7 @@ def judge(chaos: Round, lab, alertmanager, watcher: Watcher, killed_runs: list, 
         violations += node_end_state(name, node, loaded_version(lab, name), TO)
     violations += untouched_after_a_stop(changes, audit)
     violations += lock_at_end(lock_holder(lab))
-    violations += silences_left(active_silences(alertmanager.url), final_records)
+    violations += silences_left(silences(alertmanager.url), final_records)
     # the last run, and the last one that wrote a run record when the last refused before writing one
     recorded = next((run for run in reversed(chaos.runs) if run["run_record"] is not None), None)
     for run in [last] + ([recorded] if recorded is not None and recorded is not last else []):
