@@ -469,7 +469,7 @@ def write_markdown(results_dir: str) -> str:
             states[state or "untouched"] = states.get(state or "untouched", 0) + 1
         lines.append("| %s | %d | %s (%d) | %s | %s | %s | %s | %s | %s | %d | %.0f |" % (
             result["seed"], result["nodes"], inputs["gpuops_max_unavailable"], result["budget"],
-            inputs["gpuops_upgrade_batches"], "on" if inputs["gpuops_rollback_on_failure"] else "off",
+            json.dumps(inputs["gpuops_upgrade_batches"]), "on" if inputs["gpuops_rollback_on_failure"] else "off",
             "yes" if inputs["wait_for_jobs"] else "no", faults,
             ", ".join(str(run["rc"]) + (" (killed)" if run["killed"] else "") for run in result["runs"]),
             ", ".join("%s %d" % item for item in sorted(states.items())), len(result["violations"]),
@@ -481,6 +481,9 @@ def write_markdown(results_dir: str) -> str:
     if found:
         lines += ["", "## Violations", ""] + ["- seed %s, %s: %s" % (seed, item["invariant"], item["what"])
                                               for seed, item in found]
+    notes = [(result["seed"], result["note"]) for result in results if result.get("note")]
+    if notes:
+        lines += ["", "## Notes", ""] + ["- seed %s: %s" % item for item in notes]
     path = os.path.join(results_dir, "chaos.md")
     with open(path, "w") as stream:
         stream.write("\n".join(lines) + "\n")
