@@ -19,7 +19,7 @@ APT_PACKAGES ?= hack/apt-packages.txt
 # <ansible-core minor>:<python>: the floor of meta/runtime.yml and the newest requirements.txt allows
 MATRIX ?= 2.16:3.11 2.21:3.13
 
-.PHONY: help deps venv tree sanity units lint changelog-lint lab-test release-check docs test test-matrix demo clean
+.PHONY: help deps venv tree sanity units lint changelog-lint lab-test release-check docs test test-matrix demo clean chaos
 
 help:
 	@echo "make test    sanity (ansible-test), units (ansible-test), ansible-lint (production), twin tests"
@@ -90,3 +90,11 @@ demo: deps tree
 
 clean:
 	rm -rf $(TREE) tests/output
+
+# the chaos soak of the driver roll-out (benchmarks/chaos.py, root): one round per seed, results in
+# benchmarks/results/chaos/<seed>.json and benchmarks/results/chaos.md; CHAOS_NODES=4 fixes the fleet size
+SEEDS ?= 1
+CHAOS_NODES ?=
+chaos: deps tree
+	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
+	  $(BIN)/python benchmarks/chaos.py --seeds $(SEEDS) $(if $(CHAOS_NODES),--nodes $(CHAOS_NODES))

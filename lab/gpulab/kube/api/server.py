@@ -3,7 +3,8 @@ bearer-token auth, ``metav1.Status`` errors, chunked watch streams, server-side 
 (what ``kubectl get`` asks for, printed by ``tables.py``) and a record of every request; paths and query
 parameters are read by ``routes.py``.
 
-``ApiServer(store, host, port, ca_dir, token).start()``; ``.url``, ``.ca_pem``, ``.token``, ``.stop()``.
+``ApiServer(store, host, port, ca_dir, token).start()``; ``.url``, ``.ca_pem``, ``.token``, ``.stop()``;
+``faults_path``: a rule file of ``faults.py`` (injected errors and hung requests).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .tables import table_for
 from .versions import to_served, to_storage
 from .eviction import pod_is_terminal
 from .errors import ApiError
+from .faults import ApiFaults
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
 from .routes import Route, dry_run_requested, int_param, is_true, parse_resource_path, query_value
 from .store import Store
@@ -127,6 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
             if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            self._injected_fault(split.path)
             self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
             self._send_error(error)
@@ -142,6 +145,17 @@ class _Handler(BaseHTTPRequestHandler):
                                         (time.monotonic() - started) * 1000.0, self._verb)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+    def _injected_fault(self, path: str) -> None:
+        """A fault of ``faults.py`` for this request: held, then answered with its error (or served)."""
+        taken = self.api.faults.take(self.command, path) if self.api.faults is not None else None
+        if taken is None:
+            return
+        hang_s, error = taken
+        if hang_s:
+            time.sleep(hang_s)
+        if error is not None:
+            raise error
 
     # -------------------------------------------------------- routing
 
@@ -568,8 +582,9 @@ class ApiServer:
     ``ca_dir``, one bearer token (generated when None)."""
 
     def __init__(self, store: Store, host: str = "127.0.0.1", port: int = 0, ca_dir: str = ".",
-                 token: Optional[str] = None, bookmark_interval_s: float = 30.0):
+                 token: Optional[str] = None, bookmark_interval_s: float = 30.0, faults_path: Optional[str] = None):
         self.store = store
+        self.faults = ApiFaults(faults_path) if faults_path else None
         self.host = host
         self.port = port
         self.ca_dir = ca_dir

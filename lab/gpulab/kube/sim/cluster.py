@@ -52,6 +52,7 @@ from .pods import PodLogs
 OperatorConfig = operator.OperatorConfig    # for the daemon, which imports only this module
 KUBECONFIG_FILE = "kubeconfig"
 FAULT_NAMESPACE = "gpulab-faults"
+API_FAULTS_FILE = "api-faults.json"   # rules of kube/api/faults.py, written by harnesses (benchmarks/chaos.py)
 ARMABLE_FAULTS = ("stale-device-plugin", "device-plugin-crash", "kubelet-down")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -121,7 +122,8 @@ class KubeCluster:
         from ..api.server import ApiServer
         from ..api.tls import new_token
         token = new_token()
-        self.server = ApiServer(self.store, self.host, self.port, os.path.join(self.state_dir, "keys", "kube"), token)
+        self.server = ApiServer(self.store, self.host, self.port, os.path.join(self.state_dir, "keys", "kube"), token,
+                                faults_path=os.path.join(self.state_dir, API_FAULTS_FILE))
         self.server.start()
         write_kubeconfig(self.kubeconfig_path, self.server.url, self.server.ca_pem, token)
 

@@ -1,0 +1,73 @@
+"""Faults of the API twin's server, for harnesses in another process (benchmarks/chaos.py): rules in a JSON file
+(``DIR/api-faults.json`` for a lab's cluster), re-read when the file changes.
+
+    [{"path": "^/api/v1/nodes", "methods": ["GET"], "code": 500, "count": 5},
+     {"path": "/leases/", "methods": ["PUT"], "code": 409, "count": 1},
+     {"path": "^/api/v1/nodes", "hang_s": 20, "count": 1}]
+
+A rule applies to requests whose path matches its ``path`` regex (and method, when ``methods`` is given): each of
+its first ``count`` ones (default 1) is held ``hang_s`` seconds (default 0), then answered with ``code`` as a
+``metav1.Status`` (429 with ``retryAfterSeconds`` 1, as kube-apiserver's priority and fairness does), or served
+as usual when the rule has no code. A changed file starts every count again; no file, no fault.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from typing import Optional
+
+from .errors import ApiError
+
+REASONS = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+           504: "Timeout"}
+
+
+class ApiFaults:
+    """``take(method, path)`` -> (hang_s, ApiError or None) for the first rule that still applies, or None."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp = None
+        self._rules = []
+
+    def _reload(self) -> None:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            self._stamp, self._rules = None, []
+            return
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            with open(self.path) as stream:
+                rules = json.load(stream)
+        except (OSError, ValueError):
+            rules = []     # half written: the next request reads it again
+            self._stamp = None
+        self._rules = [dict(rule, left=int(rule.get("count", 1)), pattern=re.compile(rule.get("path", "")))
+                       for rule in rules if isinstance(rule, dict)]
+
+    def take(self, method: str, path: str):
+        with self._lock:
+            self._reload()
+            for rule in self._rules:
+                if rule["left"] <= 0 or not rule["pattern"].search(path):
+                    continue
+                if rule.get("methods") and method not in rule["methods"]:
+                    continue
+                rule["left"] -= 1
+                return float(rule.get("hang_s", 0)), error_for(rule.get("code"))
+        return None
+
+
+def error_for(code: Optional[int]):
+    if not code:
+        return None
+    details = {"retryAfterSeconds": 1} if code == 429 else None
+    return ApiError(int(code), REASONS.get(int(code), "InternalError"),
+                    "injected fault: the API server answered %d (gpulab api-faults.json)" % code, details)

@@ -1,0 +1,86 @@
+"""The API twin's fault hook (gpulab/kube/api/faults.py): a rule file makes the server answer 500, 429 or 409 to
+the matching requests, or hold one, for as many requests as the rule says; no file, no fault. Over HTTPS with
+real requests to an in-process server."""
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from gpulab.kube.api.server import ApiServer
+from gpulab.kube.api.store import Store
+
+
+@pytest.fixture
+def api(tmp_path):
+    store = Store()
+    store.create("nodes", {"metadata": {"name": "gpu-node-01"}, "spec": {}})
+    server = ApiServer(store, "127.0.0.1", 0, str(tmp_path / "ca"), faults_path=str(tmp_path / "api-faults.json"))
+    server.start()
+    yield server, tmp_path / "api-faults.json"
+    server.stop()
+
+
+def call(server, path, method="GET", body=None):
+    """(HTTP status, parsed body) of one request."""
+    context = ssl.create_default_context(cadata=server.ca_pem)
+    request = urllib.request.Request(server.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": "Bearer " + server.token,
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_without_a_rule_file_every_request_is_served(api):
+    server, _rules = api
+    assert call(server, "/api/v1/nodes")[0] == 200
+
+
+def test_a_rule_answers_its_count_of_matching_requests_with_its_code_then_serves_again(api):
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "methods": ["GET"], "code": 500, "count": 2},
+                                 {"path": "^/api/v1/namespaces", "code": 429, "count": 1}]))
+    first, second, third = (call(server, "/api/v1/nodes") for _ in range(3))
+    assert first[0] == second[0] == 500 and first[1]["reason"] == "InternalError"
+    assert third[0] == 200
+    code, status = call(server, "/api/v1/namespaces")
+    assert code == 429 and status["details"]["retryAfterSeconds"] == 1
+    assert call(server, "/api/v1/namespaces")[0] == 200
+
+
+def test_a_conflict_on_the_lease_update_only(api):
+    server, rules = api
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "gpuops-nvidia-rollout", "namespace": "kube-system"},
+             "spec": {"holderIdentity": "me"}}
+    assert call(server, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", "POST", lease)[0] == 201
+    rules.write_text(json.dumps([{"path": "/leases/", "methods": ["PUT"], "code": 409}]))
+    path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpuops-nvidia-rollout"
+    assert call(server, path)[0] == 200
+    current = call(server, path)[1]
+    code, status = call(server, path, "PUT", current)
+    assert code == 409 and status["reason"] == "Conflict"
+    assert call(server, path, "PUT", current)[0] == 200
+
+
+def test_a_hung_request_is_held_then_served_and_a_new_file_starts_the_counts_again(api):
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "hang_s": 1.0}]))
+    started = time.monotonic()
+    assert call(server, "/api/v1/nodes")[0] == 200
+    assert time.monotonic() - started >= 1.0
+    started = time.monotonic()
+    assert call(server, "/api/v1/nodes")[0] == 200
+    assert time.monotonic() - started < 1.0
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "code": 503, "count": 1}]))
+    assert call(server, "/api/v1/nodes")[0] == 503
+    rules.unlink()
+    assert call(server, "/api/v1/nodes")[0] == 200
