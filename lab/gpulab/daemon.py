@@ -211,6 +211,7 @@ class Lab:
         self.stopping = threading.Event()
         self.server = None
         self.runfile_mirror = None
+        self.package_mirror = None
         self._log_lock = threading.Lock()
         self._fake_paths = None
 
@@ -264,12 +265,15 @@ class Lab:
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
+        mirror_vars = dict(self.start_runfile_mirror(), **self.start_package_mirror())
         paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"],
-                                             self.start_runfile_mirror(), bastion=self.info.get("bastion"))
+                                             mirror_vars, bastion=self.info.get("bastion"))
         if self.bastion is not None:
             self.bastion.boot(self.network)
             self.bastion.open_door(self.network)
             self.bridge_into_fleet(self.runfile_mirror.url)
+            if self.package_mirror is not None:
+                self.bridge_into_fleet(self.package_mirror.url)
             self.events.emit("lab", "bastion-up", ip=self.bastion.ip)
         with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
             results = list(pool.map(lambda node: node.boot(), self.nodes))
@@ -323,6 +327,21 @@ class Lab:
         self.runfile_mirror = mirror_class(os.path.join(self.state_dir, "runfiles")).start()
         self.save_info(runfile_mirror=self.runfile_mirror.url)
         return self.runfile_mirror.inventory_vars()
+
+    def start_package_mirror(self) -> dict:
+        """The loopback mirror of NVIDIA's package repositories (signed, NVIDIA's layout and names); returns the
+        inventory variables that point the roles at it. A lab without it (no dpkg-scanpackages or gpg) still
+        works for everything but the toolkit install."""
+        if shutil.which("dpkg-scanpackages") is None or shutil.which("gpg") is None:
+            return {}
+        try:
+            mirror_class = nvidia_function(self.nvidia_backend, "nvrepos.PackageMirror")
+            self.package_mirror = mirror_class(os.path.join(self.state_dir, "nvidia-repos")).start()
+        except Exception as error:
+            self.log("mirror of NVIDIA's package repositories not built: %s" % error)
+            return {}
+        self.save_info(package_mirror=self.package_mirror.url)
+        return self.package_mirror.inventory_vars()
 
     def build_apt_repo(self, versions: list):
         """The package-method repository (``deb [trusted=yes] file:/opt/gpulab/cache/apt ./`` in a node), when the
@@ -554,6 +573,8 @@ class Lab:
                 self.log("kube twin stop failed:\n" + traceback.format_exc())
         if self.runfile_mirror is not None:
             self.runfile_mirror.stop()
+        if self.package_mirror is not None:
+            self.package_mirror.stop()
         kill_ssh_clients_of_running_nodes(self.state_dir)
         for node in self.nodes:
             node.shutdown(reason="lab down")
