@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from gpulab import bastion as fleet_bastion, inventory, netns, sshkeys
+from gpulab import bastion as fleet_bastion, inventory, netns, personality, sshkeys
 from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
@@ -255,17 +255,22 @@ class Lab:
             self.start_fleet_network(bastion_ip=ips.pop(), node_ips=ips)
         operator_mode = bool(self.settings.get("gpu_operator"))
         # GPU Operator mode: no host driver; the driver pods load --driver (the ClusterPolicy's version)
-        specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
+        node_os = personality.fleet_os(self.settings.get("os") or [], len(ips))
+        specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"], "os": node_os[index],
                   "index": index, "driver": None if operator_mode else self.settings.get("driver")}
                  for index, ip in enumerate(ips)]
-        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
+        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile", "os")} for spec in specs])
+        secure_boot_nodes = set(self.settings.get("secure_boot_nodes") or [])
+        package_mirror_vars = self.start_package_mirror()
+        rocky_repo = self.package_mirror.rocky_repo() if self.package_mirror is not None else None
         for spec in specs:
             node = Node(self, spec)
-            node.create(bool(self.settings.get("secure_boot")), blacklist_nouveau=operator_mode)
+            node.create(bool(self.settings.get("secure_boot")) or node.name in secure_boot_nodes,
+                        blacklist_nouveau=operator_mode, rocky_repo=rocky_repo)
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
-        mirror_vars = dict(self.start_runfile_mirror(), **self.start_package_mirror())
+        mirror_vars = dict(self.start_runfile_mirror(), **package_mirror_vars)
         paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"],
                                              mirror_vars, bastion=self.info.get("bastion"))
         if self.bastion is not None:

@@ -67,7 +67,7 @@ def _runtime_program(version: str) -> bytes:
             "exec runc \"$@\"\n" % version).encode()
 
 
-def _control(name: str, version: str, description: str, depends: str = "", section: str = "utils") -> str:
+def _control(name: str, version: str, description: str, depends: str, section: str) -> str:
     lines = ["Package: %s" % name, "Version: %s-%s" % (version, PACKAGE_RELEASE), "Architecture: amd64",
              "Maintainer: NVIDIA CORPORATION <cudatools@nvidia.com>", "Section: %s" % section, "Priority: optional",
              "Homepage: https://github.com/NVIDIA/nvidia-container-toolkit"]
@@ -109,21 +109,32 @@ def _toolkit_fill(version: str):
     return fill
 
 
+def package_specs(version: str) -> list:
+    """The four packages of one toolkit version: name, description, deb `Depends`, rpm `Requires`, files."""
+    exact = "%s-%s" % (version, PACKAGE_RELEASE)
+    return [
+        {"name": "libnvidia-container1", "description": "NVIDIA container runtime library", "section": "libs",
+         "depends": "", "requires": [], "fill": _library_fill(version)},
+        {"name": "libnvidia-container-tools", "section": "utils",
+         "description": "NVIDIA container runtime library (command-line tools)",
+         "depends": "libnvidia-container1 (>= %s), libnvidia-container1 (<< 2.0.0)" % exact,
+         "requires": ["libnvidia-container1 >= %s" % exact, "libnvidia-container1 < 2.0.0"],
+         "fill": _tools_fill(version)},
+        {"name": "nvidia-container-toolkit-base", "description": "NVIDIA Container Toolkit Base", "section": "utils",
+         "depends": "", "requires": [], "fill": _base_fill(version)},
+        {"name": "nvidia-container-toolkit", "description": "NVIDIA Container toolkit", "section": "utils",
+         "depends": "nvidia-container-toolkit-base (= %s), libnvidia-container-tools (= %s), "
+                    "libnvidia-container-tools (<< 2.0.0)" % (exact, exact),
+         "requires": ["nvidia-container-toolkit-base == %s" % exact, "libnvidia-container-tools >= %s" % exact,
+                      "libnvidia-container-tools < 2.0.0"],
+         "fill": _toolkit_fill(version)},
+    ]
+
+
 def build_packages(out_dir: str, version: str) -> list:
     """The four .deb files of one toolkit version (such as 1.17.8); returns their paths."""
-    exact = "%s-%s" % (version, PACKAGE_RELEASE)
-    specs = [
-        ("libnvidia-container1", _control("libnvidia-container1", version, "NVIDIA container runtime library",
-                                          section="libs"), _library_fill(version)),
-        ("libnvidia-container-tools", _control(
-            "libnvidia-container-tools", version, "NVIDIA container runtime library (command-line tools)",
-            "libnvidia-container1 (>= %s), libnvidia-container1 (<< 2.0.0)" % exact), _tools_fill(version)),
-        ("nvidia-container-toolkit-base", _control("nvidia-container-toolkit-base", version,
-                                                   "NVIDIA Container Toolkit Base"), _base_fill(version)),
-        ("nvidia-container-toolkit", _control(
-            "nvidia-container-toolkit", version, "NVIDIA Container toolkit",
-            "nvidia-container-toolkit-base (= %s), libnvidia-container-tools (= %s), "
-            "libnvidia-container-tools (<< 2.0.0)" % (exact, exact)), _toolkit_fill(version)),
-    ]
     os.makedirs(out_dir, exist_ok=True)
-    return [debs.build_deb(out_dir, name, exact, control, fill) for name, control, fill in specs]
+    return [debs.build_deb(out_dir, spec["name"], "%s-%s" % (version, PACKAGE_RELEASE),
+                           _control(spec["name"], version, spec["description"], spec["depends"], spec["section"]),
+                           spec["fill"])
+            for spec in package_specs(version)]
