@@ -1,15 +1,15 @@
 """Node personalities (`gpulab up --os debian12|ubuntu2204|rocky9`): what tells a node's software which
 distribution it runs, written on the node's disk (the overlay's upper dir) before its first boot.
 
-A node is an overlay of the Debian host, so every personality runs the host's binaries; what changes is what
-Ansible and package tools read: `/etc/os-release` (and `/usr/lib/os-release`), `/etc/lsb-release` (Ubuntu),
-`/etc/redhat-release`, `/etc/rocky-release`, `/etc/system-release` (Rocky), `/etc/debian_version` (Debian and
-Ubuntu have it, Rocky not: an overlay whiteout hides the host's), and the package manager the distribution has:
-apt/dpkg on Debian and Ubuntu, dnf/rpm on Rocky (Debian's `dnf` and `rpm` packages, with Rocky's `dnf.conf`,
-`/etc/yum.repos.d/rocky.repo` whose BaseOS is the twin's mirror, Rocky's key file and rpm database path). Not changed: the kernel release (`uname -r` is the
-host's: the kernel's UTS release is not per namespace), hence also the kernel headers the modules build against.
-Ansible sees `ansible_distribution` Debian/Ubuntu/Rocky, `os_family` Debian/Debian/RedHat and
-`ansible_pkg_mgr` apt/apt/dnf.
+A node is an overlay of the Debian host, so every personality runs the host's binaries; what changes is what Ansible
+and package tools read: `/etc/os-release` (and `/usr/lib/os-release`), `/etc/lsb-release` (Ubuntu),
+`/etc/redhat-release`, `/etc/rocky-release`, `/etc/system-release` (Rocky), `/etc/debian_version` (Debian and Ubuntu
+have it, Rocky not: an overlay whiteout hides the host's), and the package manager the distribution has: apt/dpkg on
+Debian and Ubuntu, dnf/rpm on Rocky (Debian's `dnf` and `rpm` packages, with Rocky's `dnf.conf`,
+`/etc/yum.repos.d/rocky.repo` whose BaseOS is the twin's mirror, Rocky's key file and rpm database path). Not
+changed: the kernel release (`uname -r` is the host's: the kernel's UTS release is not per namespace), hence also
+the kernel headers the modules build against. Ansible sees `ansible_distribution` Debian/Ubuntu/Rocky, `os_family`
+Debian/Debian/RedHat and `ansible_pkg_mgr` apt/apt/dnf.
 """
 from __future__ import annotations
 

@@ -11,9 +11,10 @@ Tree (served from `DIR/nvidia-repos` on `127.0.0.1:<ephemeral>`; unknown paths a
     rocky/9/BaseOS/x86_64/os/, rocky/RPM-GPG-KEY-Rocky-9    what Rocky 9 nodes' own repository must offer
 
 The key is the mirror's own (a fresh ed25519 key per `up`, made with the real `gpg`), not NVIDIA's: apt and dnf
-check the signatures against the key the role fetched from `gpgkey`, exactly as against NVIDIA's. The rpm part
-needs `rpmbuild`/`rpmsign` (Debian's `rpm`) and `createrepo_c`; without them the mirror has the apt part only. `inventory_vars()`
-are the role defaults an air-gapped inventory sets (`container_runtime_toolkit_repo_base_url`, `_key_url`).
+check the signatures against the key the role fetched from `gpgkey`, exactly as against NVIDIA's. The rpm part needs
+`rpmbuild`/`rpmsign` (Debian's `rpm`) and `createrepo_c`; without them the mirror has the apt part only.
+`inventory_vars()` are the role defaults an air-gapped inventory sets (`container_runtime_toolkit_repo_base_url`,
+`_key_url`).
 """
 from __future__ import annotations
 
