@@ -11,7 +11,8 @@ libnvidia-container repository (`https://nvidia.github.io/libnvidia-container/st
   `libnvidia-container-tools (= V), (<< 2.0.0)`.
 
 Programs other than `nvidia-ctk` and `nvidia-container-runtime` are stubs that print their version and refuse the
-rest (the twin has no GPUs to hand to a container through them).
+rest (the twin has no GPUs to hand to a container through them). `package_specs` is also what `rpms` builds the
+same packages from for NVIDIA's dnf repository (rpm `Requires` as in NVIDIA's spec files).
 """
 from __future__ import annotations
 
