@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from gpulab import daemon
+from gpulab import daemon, personality
 from gpulab.nvidia.profiles import CLI_PROFILES
 from gpulab.osutil import LAB_DIR, read_json, write_json
 
@@ -68,6 +68,11 @@ def cmd_up(args) -> int:
         raise CliError("--gpu-operator needs --driver VERSION (the ClusterPolicy's spec.driver.version)")
     if not 0 < args.operator_time_scale <= 1:
         raise CliError("--operator-time-scale must be in (0, 1]")
+    node_os = [name for value in args.os or [] for name in value.split(",") if name]
+    try:
+        personality.fleet_os(node_os, args.nodes)
+    except ValueError as error:
+        raise CliError(str(error))
     created_dir = not os.path.exists(state_dir)
     os.makedirs(state_dir, exist_ok=True)
     preexisting = [] if created_dir else sorted(os.listdir(state_dir))
@@ -75,6 +80,7 @@ def cmd_up(args) -> int:
         raise CliError("%s holds a lab that was not taken down (`python -m gpulab down --state-dir %s`)"
                        % (state_dir, state_dir))
     settings = {"nodes": args.nodes, "profile": args.profile, "driver": args.driver, "secure_boot": args.secure_boot,
+                "secure_boot_nodes": args.secure_boot_node or [], "os": node_os,
                 "runfiles": args.runfile or [], "api_only": args.api_only, "dra": args.dra,
                 "cluster_name": args.cluster_name,
                 "boot_delay_s": args.boot_delay, "install_s": args.install_seconds,
@@ -226,6 +232,11 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--driver", help="NVIDIA driver version installed on every node before the first boot (with "
                                      "--gpu-operator: the version the Operator's driver pods load)")
     up.add_argument("--secure-boot", action="store_true", help="nodes boot with UEFI Secure Boot on")
+    up.add_argument("--secure-boot-node", action="append", metavar="NODE",
+                    help="this node boots with UEFI Secure Boot on (repeatable; --secure-boot: all of them)")
+    up.add_argument("--os", action="append", metavar="OS[,OS...]",
+                    help="node personalities, given to the nodes in turn: %s (default debian12)"
+                         % ", ".join(personality.OS_NAMES))
     up.add_argument("--runfile", action="append", metavar="VERSION",
                     help="also write DIR/runfiles/NVIDIA-Linux-x86_64-VERSION.run (615.71.09 always)")
     up.add_argument("--api-only", type=int, default=0, metavar="N",

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from gpulab import bastion as fleet_bastion, inventory, netns, sshkeys
+from gpulab import bastion as fleet_bastion, inventory, netns, personality, sshkeys
 from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
@@ -211,6 +211,7 @@ class Lab:
         self.stopping = threading.Event()
         self.server = None
         self.runfile_mirror = None
+        self.package_mirror = None
         self._log_lock = threading.Lock()
         self._fake_paths = None
 
@@ -254,22 +255,30 @@ class Lab:
             self.start_fleet_network(bastion_ip=ips.pop(), node_ips=ips)
         operator_mode = bool(self.settings.get("gpu_operator"))
         # GPU Operator mode: no host driver; the driver pods load --driver (the ClusterPolicy's version)
-        specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"],
+        node_os = personality.fleet_os(self.settings.get("os") or [], len(ips))
+        specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"], "os": node_os[index],
                   "index": index, "driver": None if operator_mode else self.settings.get("driver")}
                  for index, ip in enumerate(ips)]
-        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile")} for spec in specs])
+        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile", "os")} for spec in specs])
+        secure_boot_nodes = set(self.settings.get("secure_boot_nodes") or [])
+        package_mirror_vars = self.start_package_mirror()
+        rocky_repo = self.package_mirror.rocky_repo() if self.package_mirror is not None else None
         for spec in specs:
             node = Node(self, spec)
-            node.create(bool(self.settings.get("secure_boot")), blacklist_nouveau=operator_mode)
+            node.create(bool(self.settings.get("secure_boot")) or node.name in secure_boot_nodes,
+                        blacklist_nouveau=operator_mode, rocky_repo=rocky_repo)
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
+        mirror_vars = dict(self.start_runfile_mirror(), **package_mirror_vars)
         paths = inventory.write_access_files(self.state_dir, self.settings["cluster_name"], self.info["nodes"],
-                                             self.start_runfile_mirror(), bastion=self.info.get("bastion"))
+                                             mirror_vars, bastion=self.info.get("bastion"))
         if self.bastion is not None:
             self.bastion.boot(self.network)
             self.bastion.open_door(self.network)
             self.bridge_into_fleet(self.runfile_mirror.url)
+            if self.package_mirror is not None:
+                self.bridge_into_fleet(self.package_mirror.url)
             self.events.emit("lab", "bastion-up", ip=self.bastion.ip)
         with concurrent.futures.ThreadPoolExecutor(BOOT_WORKERS) as pool:
             results = list(pool.map(lambda node: node.boot(), self.nodes))
@@ -323,6 +332,21 @@ class Lab:
         self.runfile_mirror = mirror_class(os.path.join(self.state_dir, "runfiles")).start()
         self.save_info(runfile_mirror=self.runfile_mirror.url)
         return self.runfile_mirror.inventory_vars()
+
+    def start_package_mirror(self) -> dict:
+        """The loopback mirror of NVIDIA's package repositories (signed, NVIDIA's layout and names); returns the
+        inventory variables that point the roles at it. A lab without it (no dpkg-scanpackages or gpg) still
+        works for everything but the toolkit install."""
+        if shutil.which("dpkg-scanpackages") is None or shutil.which("gpg") is None:
+            return {}
+        try:
+            mirror_class = nvidia_function(self.nvidia_backend, "nvrepos.PackageMirror")
+            self.package_mirror = mirror_class(os.path.join(self.state_dir, "nvidia-repos")).start()
+        except Exception as error:
+            self.log("mirror of NVIDIA's package repositories not built: %s" % error)
+            return {}
+        self.save_info(package_mirror=self.package_mirror.url)
+        return self.package_mirror.inventory_vars()
 
     def build_apt_repo(self, versions: list):
         """The package-method repository (``deb [trusted=yes] file:/opt/gpulab/cache/apt ./`` in a node), when the
@@ -554,6 +578,8 @@ class Lab:
                 self.log("kube twin stop failed:\n" + traceback.format_exc())
         if self.runfile_mirror is not None:
             self.runfile_mirror.stop()
+        if self.package_mirror is not None:
+            self.package_mirror.stop()
         kill_ssh_clients_of_running_nodes(self.state_dir)
         for node in self.nodes:
             node.shutdown(reason="lab down")

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 
-from gpulab import driverload, faults as node_faults, sshkeys
+from gpulab import driverload, faults as node_faults, personality, sshkeys
 from gpulab.faults import FaultError, parse_fault
 from gpulab.layer import nvidia_function
 from gpulab.nvidia.profiles import CLI_PROFILES
@@ -40,6 +40,7 @@ class Node:
         self.name = spec["name"]
         self.ip = spec["ip"]
         self.profile = spec["profile"]
+        self.os = spec.get("os") or personality.DEFAULT_OS
         self.index = spec["index"]
         self.dir = os.path.join(lab.state_dir, "nodes", self.name)
         self.tmpfs_dir = os.path.join(self.dir, "tmpfs")
@@ -54,7 +55,8 @@ class Node:
         self.booted_efi = None
         self.mok_event = threading.Event()
         self.state = read_json(os.path.join(self.dir, "node.json")) or {
-            "name": self.name, "ip": self.ip, "profile": self.profile, "status": "created", "boot_id": None,
+            "name": self.name, "ip": self.ip, "profile": self.profile, "os": self.os, "status": "created",
+            "boot_id": None,
             "boots": 0, "faults": [], "machine_id": uuid.uuid4().hex,
             "preinstall_driver": spec.get("driver"), "module_loaded": False, "kernel_driver_version": None,
             "holder_pid": None, "last_boot_s": None, "efi_before_fault": None}
@@ -97,15 +99,17 @@ class Node:
         write_json(os.path.join(self.run_dir, "faults.json"), list(self.faults))
 
     # ---- creation -----------------------------------------------------------------------------------------
-    def create(self, secure_boot: bool, blacklist_nouveau: bool = False) -> None:
-        """Directories, the disk (tmpfs), host key, hw.json and efi.json of a new node; with
-        ``blacklist_nouveau`` (GPU Operator nodes, prepared as NVIDIA's docs ask) nouveau never binds the GPUs."""
+    def create(self, secure_boot: bool, blacklist_nouveau: bool = False, rocky_repo: dict | None = None) -> None:
+        """Directories, the disk (tmpfs) with the node's personality, host key, hw.json and efi.json of a new node;
+        with ``blacklist_nouveau`` (GPU Operator nodes, prepared as NVIDIA's docs ask) nouveau never binds the GPUs;
+        ``rocky_repo``: where a Rocky node's BaseOS repository is (``personality.write_identity``)."""
         for path in (self.dir, self.tmpfs_dir, self.merged_dir, self.run_dir, self.firmware_dir, self.control_dir):
             os.makedirs(path, exist_ok=True)
         if not mounts_under(self.tmpfs_dir):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=%s" % self.disk_size,
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
         self.hide_host_homes()
+        personality.write_identity(os.path.join(self.tmpfs_dir, "upper"), self.os, rocky_repo)
         if blacklist_nouveau:
             write_file(os.path.join(self.tmpfs_dir, "upper", "etc", "modprobe.d", "blacklist-nouveau.conf"),
                        "blacklist nouveau\noptions nouveau modeset=0\n")

@@ -1,60 +1,124 @@
-"""The node bootstrap runbook (`gpuops.nvidia.node_bootstrap`) over real SSH and HTTPS: two driverless twin nodes
-become schedulable GPU nodes, and a second run changes nothing and reboots nothing."""
+"""The node bootstrap runbook (`gpuops.nvidia.node_bootstrap`) over real SSH and HTTPS, on the seed's validated
+distributions at once: an Ubuntu 22.04, a Rocky Linux 9 (Secure Boot on: the module is signed with a MOK the
+operator confirms at the console during the reboot) and a Debian 12 node, driverless, become schedulable GPU nodes,
+each with the NVIDIA Container Toolkit installed and held by its own package manager (apt, dnf with versionlock,
+apt) from the twin's signed mirror of NVIDIA's repository and the CDI spec written by its nvidia-ctk; a second run
+changes nothing and reboots nothing."""
 from __future__ import annotations
 
 import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import pytest
+import yaml
 
 from conftest import collections_path, start_lab, stop_lab
 
 VERSION = "615.71.09"
+TOOLKIT = "1.17.8-1"
+TOOLKIT_PACKAGES = ["libnvidia-container-tools", "libnvidia-container1", "nvidia-container-toolkit",
+                    "nvidia-container-toolkit-base"]
+FLEET = {"gpu-node-01": "Ubuntu", "gpu-node-02": "Rocky", "gpu-node-03": "Debian"}
+SECURE_BOOT_NODE = "gpu-node-02"
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
 
 
 @pytest.fixture(scope="module")
-def bare(needs_root, tmp_path_factory):
-    lab = start_lab(str(tmp_path_factory.mktemp("bootstrap") / "state"), "--nodes", "2", "--boot-delay", "0.5")
+def fleet(needs_root, tmp_path_factory):
+    lab = start_lab(str(tmp_path_factory.mktemp("mixed") / "state"), "--nodes", "3",
+                    "--os", "ubuntu2204,rocky9,debian12", "--secure-boot-node", SECURE_BOOT_NODE,
+                    "--boot-delay", "0.5", "--mok-timeout", "60")
+    for name in ("gpu-node-01", "gpu-node-03"):
+        # the Debian and Ubuntu nodes' only package source is the mirror, as on an air-gapped site
+        lab.ssh(name, "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*")
     yield lab
     stop_lab(lab)
 
 
+def confirm_mok_at_the_console(lab, node: str, since: float, stop: threading.Event) -> None:
+    """The operator at the node's console: confirms the staged key whenever MokManager waits."""
+    confirmed = 0
+    while not stop.is_set():
+        waiting = [event for event in lab.events(kind="mok-manager-waiting", since=since) if event["node"] == node]
+        if len(waiting) > confirmed:
+            lab.gpulab("mok-confirm", node)
+            confirmed = len(waiting)
+        stop.wait(0.5)
+
+
 def bootstrap(lab) -> str:
-    extra = {"gpuops_driver_version": VERSION,
-             # the twin's nodes are not kubeadm-joined hosts and its apt repository has no toolkit package
-             "precheck_require_kubelet": False, "container_runtime_toolkit_install": False}
-    done = subprocess.run(["ansible-playbook", "-i", os.path.join(lab.state_dir, "inventory.yml"),
-                           "gpuops.nvidia.node_bootstrap", "-e", json.dumps(extra)],
-                          capture_output=True, text=True, timeout=900,
-                          env=dict(lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path()))
+    extra = {"gpuops_driver_version": VERSION, "precheck_require_kubelet": False,
+             "nvidia_driver_mok_password": "mixed-fleet-mok"}
+    stop = threading.Event()
+    console = threading.Thread(target=confirm_mok_at_the_console, args=(lab, SECURE_BOOT_NODE, time.time(), stop),
+                               daemon=True)
+    console.start()
+    try:
+        done = subprocess.run(["ansible-playbook", "-i", os.path.join(lab.state_dir, "inventory.yml"),
+                               "gpuops.nvidia.node_bootstrap", "-e", json.dumps(extra)],
+                              capture_output=True, text=True, timeout=900,
+                              env=dict(lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path()))
+    finally:
+        stop.set()
+        console.join()
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     return done.stdout
 
 
-def nodes(lab) -> dict:
+def distribution(lab, node: str) -> str:
+    return re.search(r'^NAME="?([^" \n]+)', lab.ssh(node, "cat /etc/os-release").stdout, re.MULTILINE).group(1)
+
+
+def toolkit_state(lab, node: str) -> dict:
+    """{package: version-release} installed, and whether the package manager holds them there."""
+    if distribution(lab, node) == "Rocky":
+        query = lab.ssh(node, "rpm -q --queryformat '%%{NAME} %%{VERSION}-%%{RELEASE}\\n' %s"
+                        % " ".join(TOOLKIT_PACKAGES)).stdout
+        locks = lab.ssh(node, "dnf -q versionlock list").stdout
+        held = all(re.search(r"^%s-0:%s\.\*$" % (re.escape(name), re.escape(TOOLKIT)), locks, re.MULTILINE)
+                   for name in TOOLKIT_PACKAGES)
+    else:
+        query = lab.ssh(node, "dpkg-query -W -f '${Package} ${Version}\\n' %s" % " ".join(TOOLKIT_PACKAGES)).stdout
+        selections = lab.ssh(node, "dpkg --get-selections %s" % " ".join(TOOLKIT_PACKAGES)).stdout
+        held = all(line.split()[1] == "hold" for line in selections.splitlines())
+    return {"versions": dict(line.split() for line in query.splitlines()), "held": held}
+
+
+def kube_nodes(lab) -> dict:
     done = subprocess.run(["kubectl", "--kubeconfig", os.path.join(lab.state_dir, "kubeconfig"), "get", "nodes",
                            "-o", "json"], capture_output=True, text=True, timeout=60, check=True)
     return {node["metadata"]["name"]: node for node in json.loads(done.stdout)["items"]}
 
 
-def test_two_driverless_nodes_become_schedulable_gpu_nodes_and_a_second_run_changes_nothing(bare):
-    before = nodes(bare)
-    assert all("nvidia.com/gpu" not in (node["status"].get("allocatable") or {}) or
-               node["status"]["allocatable"]["nvidia.com/gpu"] == "0" for node in before.values())
+def test_ubuntu_rocky_and_debian_nodes_become_gpu_nodes_with_the_toolkit_held_and_a_rerun_changes_nothing(fleet):
+    assert {node: distribution(fleet, node) for node in FLEET} == FLEET
+    assert fleet.ssh(SECURE_BOOT_NODE, "mokutil --sb-state").stdout.strip() == "SecureBoot enabled"
+    assert all(node["status"].get("allocatable", {}).get("nvidia.com/gpu", "0") == "0"
+               for node in kube_nodes(fleet).values())
     since = time.time()
-    bootstrap(bare)
-    for name, node in nodes(bare).items():
+    bootstrap(fleet)
+    for name, node in kube_nodes(fleet).items():
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8", name
         assert node["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] == VERSION, name
         assert not node["spec"].get("unschedulable"), name
-    boots = [event["node"] for event in bare.events(kind="up", since=since)]
-    assert sorted(set(boots)) == ["gpu-node-01", "gpu-node-02"]
+    assert sorted({event["node"] for event in fleet.events(kind="up", since=since)}) == sorted(FLEET)
+    for name in FLEET:
+        assert toolkit_state(fleet, name) == {"versions": {package: TOOLKIT for package in TOOLKIT_PACKAGES},
+                                              "held": True}, name
+        spec = yaml.safe_load(fleet.ssh(name, "cat /etc/cdi/nvidia.yaml").stdout)
+        names = [device["name"] for device in spec["devices"]]
+        assert spec["kind"] == "nvidia.com/gpu" and names[0] == "0" and names[-1] == "all" and len(names) == 17, name
+        mounts = [mount["containerPath"] for mount in spec["containerEdits"]["mounts"]]
+        assert "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s" % VERSION in mounts, name
+    signer = fleet.ssh(SECURE_BOOT_NODE, "modinfo -F signer nvidia").stdout.strip()
+    assert signer == "gpuops.nvidia module signing key"
+    assert [event["node"] for event in fleet.events(kind="mok-enrolled", since=since)] == [SECURE_BOOT_NODE]
     since = time.time()
-    output = bootstrap(bare)
-    assert re.search(r"gpu-node-01\s+: ok=\d+\s+changed=0 ", output), output[-3000:]
-    assert re.search(r"gpu-node-02\s+: ok=\d+\s+changed=0 ", output), output[-3000:]
-    assert bare.events(kind="up", since=since) == []
+    output = bootstrap(fleet)
+    for name in FLEET:
+        assert re.search(r"%s\s+: ok=\d+\s+changed=0 " % name, output), output[-3000:]
+    assert fleet.events(kind="up", since=since) == []

@@ -39,7 +39,7 @@ def _control(name: str, version: str, description: str, depends: str = "", extra
     return "\n".join(lines) + "\n"
 
 
-def _write(root: str, path: str, data: bytes, mode: int = 0o644) -> None:
+def write_into(root: str, path: str, data: bytes, mode: int = 0o644) -> None:
     target = os.path.join(root, path.lstrip("/"))
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, "wb") as handle:
@@ -47,7 +47,7 @@ def _write(root: str, path: str, data: bytes, mode: int = 0o644) -> None:
     os.chmod(target, mode)
 
 
-def _symlink(root: str, path: str, target: str) -> None:
+def symlink_into(root: str, path: str, target: str) -> None:
     link = os.path.join(root, path.lstrip("/"))
     os.makedirs(os.path.dirname(link), exist_ok=True)
     os.symlink(target, link)
@@ -61,7 +61,9 @@ def _dkms_scripts(version: str) -> dict:
     return {"postinst": postinst, "prerm": prerm}
 
 
-def _build_deb(out_dir: str, name: str, version: str, control: str, fill, scripts: dict | None = None) -> str:
+def build_deb(out_dir: str, name: str, deb_version: str, control: str, fill, scripts: dict | None = None) -> str:
+    """`out_dir/<name>_<deb_version>_amd64.deb` built by dpkg-deb from `control`, what `fill(tree)` writes and the
+    maintainer scripts; returns its path."""
     tree = tempfile.mkdtemp(prefix="deb-%s-" % name)
     try:
         os.chmod(tree, 0o755)
@@ -69,9 +71,9 @@ def _build_deb(out_dir: str, name: str, version: str, control: str, fill, script
         with open(os.path.join(tree, "DEBIAN", "control"), "w", encoding="utf-8") as handle:
             handle.write(control)
         for script, text in (scripts or {}).items():
-            _write(tree, "/DEBIAN/" + script, text.encode(), 0o755)
+            write_into(tree, "/DEBIAN/" + script, text.encode(), 0o755)
         fill(tree)
-        path = os.path.join(out_dir, "%s_%s-%s_amd64.deb" % (name, version, DEB_REVISION))
+        path = os.path.join(out_dir, "%s_%s_amd64.deb" % (name, deb_version))
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", tree, path], check=True,
                        stdout=subprocess.DEVNULL)
         return path
@@ -82,7 +84,7 @@ def _build_deb(out_dir: str, name: str, version: str, control: str, fill, script
 def _kernel_dkms_fill(version: str, flavor: str):
     def fill(tree: str) -> None:
         kmodbuild.write_module_sources(os.path.join(tree, "usr/src/nvidia-%s" % version), version, flavor)
-        _write(tree, "/etc/modprobe.d/nvidia-blacklists-nouveau.conf", NOUVEAU_BLACKLIST)
+        write_into(tree, "/etc/modprobe.d/nvidia-blacklists-nouveau.conf", NOUVEAU_BLACKLIST)
     return fill
 
 
@@ -90,22 +92,22 @@ def _library_fill(version: str, libraries: list):
     def fill(tree: str) -> None:
         for library in libraries:
             versioned = "%s.so.%s" % (library, version)
-            _write(tree, "%s/%s" % (installer.LIB_DIR, versioned), ("gpulab stub of %s\n" % versioned).encode(),
+            write_into(tree, "%s/%s" % (installer.LIB_DIR, versioned), ("gpulab stub of %s\n" % versioned).encode(),
                    0o755)
-            _symlink(tree, "%s/%s.so.1" % (installer.LIB_DIR, library), versioned)
+            symlink_into(tree, "%s/%s.so.1" % (installer.LIB_DIR, library), versioned)
     return fill
 
 
 def _smi_fill(version: str):
     def fill(tree: str) -> None:
-        _write(tree, "/usr/bin/nvidia-smi", installer.smi_program(version).encode(), 0o755)
+        write_into(tree, "/usr/bin/nvidia-smi", installer.smi_program(version).encode(), 0o755)
     return fill
 
 
 def _firmware_fill(version: str):
     def fill(tree: str) -> None:
         for firmware in installer.GSP_FIRMWARE:
-            _write(tree, "/lib/firmware/nvidia/%s/%s" % (version, firmware), ("gpulab GSP %s\n" % version).encode())
+            write_into(tree, "/lib/firmware/nvidia/%s/%s" % (version, firmware), ("gpulab GSP %s\n" % version).encode())
     return fill
 
 
@@ -131,17 +133,28 @@ def build_packages(out_dir: str, version: str) -> list:
                                    % (exact, exact, exact, exact)), lambda tree: None, False),
     ]
     os.makedirs(out_dir, exist_ok=True)
-    return [_build_deb(out_dir, name, version, control, fill, _dkms_scripts(version) if with_dkms else None)
+    return [build_deb(out_dir, name, "%s-%s" % (version, DEB_REVISION), control, fill,
+                      _dkms_scripts(version) if with_dkms else None)
             for name, control, fill, with_dkms in specs]
 
 
-def release_text(packages_index: bytes) -> str:
+def release_text(packages_index: bytes, label: str = "gpulab NVIDIA stub driver") -> str:
     """A flat repository's `Release` (apt wants one even with `[trusted=yes]`)."""
     size = len(packages_index)
-    return ("Origin: gpulab\nLabel: gpulab NVIDIA stub driver\nArchitectures: amd64\nDate: %s\n"
+    return ("Origin: gpulab\nLabel: %s\nArchitectures: amd64\nDate: %s\n"
             "MD5Sum:\n %s %d Packages\nSHA256:\n %s %d Packages\n" % (
-                datetime.datetime.utcnow().strftime("%a, %d %b %Y %H:%M:%S UTC"),
+                label, datetime.datetime.utcnow().strftime("%a, %d %b %Y %H:%M:%S UTC"),
                 hashlib.md5(packages_index).hexdigest(), size, hashlib.sha256(packages_index).hexdigest(), size))
+
+
+def index_flat_repo(repo_dir: str, label: str = "gpulab NVIDIA stub driver") -> None:
+    """`Packages` (dpkg-scanpackages, every version kept) and `Release` of the .deb files in `repo_dir`."""
+    index = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=repo_dir, check=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+    with open(os.path.join(repo_dir, "Packages"), "wb") as handle:
+        handle.write(index)
+    with open(os.path.join(repo_dir, "Release"), "w", encoding="utf-8") as handle:
+        handle.write(release_text(index, label))
 
 
 def build_repo(repo_dir: str, versions: list) -> dict:
@@ -149,10 +162,5 @@ def build_repo(repo_dir: str, versions: list) -> dict:
     debs = []
     for version in versions:
         debs += build_packages(repo_dir, version)
-    index = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=repo_dir, check=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
-    with open(os.path.join(repo_dir, "Packages"), "wb") as handle:
-        handle.write(index)
-    with open(os.path.join(repo_dir, "Release"), "w", encoding="utf-8") as handle:
-        handle.write(release_text(index))
+    index_flat_repo(repo_dir)
     return {"dir": repo_dir, "debs": debs, "source_line": source_line()}

@@ -71,6 +71,18 @@ def test_toolkit_version_and_release_reach_every_package():
         "libnvidia-container-tools=1.18.0-rc.2-1", "libnvidia-container1=1.18.0-rc.2-1"}
 
 
+@pytest.mark.parametrize("family, repo_url", [
+    ("Debian", "http://mirror.example.internal/libnvidia-container/stable/deb/$(ARCH)"),
+    ("RedHat", "http://mirror.example.internal/libnvidia-container/stable/rpm/$basearch")])
+def test_an_inventory_points_the_toolkit_repository_and_key_at_a_mirror(family, repo_url):
+    # the locations are role defaults, so the inventory outranks them (role vars/ would outrank the inventory)
+    defaults = _load_trusted(DataLoader(), os.path.join(ROLES_DIR, "container_runtime", "defaults", "main.yml"))
+    assert defaults["container_runtime_toolkit_repo_key_url"] == "https://nvidia.github.io/libnvidia-container/gpgkey"
+    templar = role_vars("container_runtime", "vars/main.yml", "vars/%s.yml" % family,
+                        container_runtime_toolkit_repo_base_url="http://mirror.example.internal/libnvidia-container")
+    assert render(templar, "{{ container_runtime_os_repo_url }}") == repo_url
+
+
 @pytest.mark.parametrize("ctk_exists, generator, expected", [
     (True, "auto", "nvidia-ctk"), (False, "auto", "facts"), (True, "facts", "facts")])
 def test_cdi_generator_follows_the_toolkit(ctk_exists, generator, expected):
