@@ -55,7 +55,8 @@ def test_option_names_and_environment_variables_are_those_of_kubernetes_core():
         "kubeconfig": "K8S_AUTH_KUBECONFIG", "context": "K8S_AUTH_CONTEXT", "host": "K8S_AUTH_HOST",
         "api_key": "K8S_AUTH_API_KEY", "validate_certs": "K8S_AUTH_VERIFY_SSL", "ca_cert": "K8S_AUTH_SSL_CA_CERT",
         "client_cert": "K8S_AUTH_CERT_FILE", "client_key": "K8S_AUTH_KEY_FILE", "proxy": "K8S_AUTH_PROXY",
-        "impersonate_user": "K8S_AUTH_IMPERSONATE_USER", "impersonate_groups": "K8S_AUTH_IMPERSONATE_GROUPS"}
+        "impersonate_user": "K8S_AUTH_IMPERSONATE_USER", "impersonate_groups": "K8S_AUTH_IMPERSONATE_GROUPS",
+        "request_timeout": "K8S_AUTH_REQUEST_TIMEOUT"}
     assert {name: spec["fallback"][1] for name, spec in K8S_AUTH_ARG_SPEC.items()} == {
         name: [env] for name, env in expected.items()}
     assert K8S_AUTH_ARG_SPEC["api_key"]["no_log"] is True
