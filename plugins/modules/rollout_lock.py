@@ -192,7 +192,6 @@ msg:
 
 import getpass
 import os
-import re
 import secrets
 import socket
 import stat
@@ -203,6 +202,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC,
     api_client_from_module,
     api_error_message,
+    object_name_problem,
     request_json,
     resource_path,
     status_of,
@@ -216,7 +216,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.lease_lock impor
 
 CONFLICT_RETRIES = 5
 TOKEN_MIN_CHARS = 32
-DNS_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
 LEASES_API = 'coordination.k8s.io/v1'
 ANSIBLE_COMMANDS = ('ansible-playbook', 'ansible', 'ansible-runner')
 
@@ -332,12 +331,9 @@ def invalid_params(params):
     if params['ttl'] < 1:
         return 'ttl must be at least 1 second, got %d' % params['ttl']
     for option in ('name', 'namespace'):
-        value = params[option]
-        if not value or not value.strip():
-            return '%s must not be empty' % option
-        if not DNS_SUBDOMAIN.match(value) or len(value) > 253:
-            return '%s must be a DNS subdomain name (lower case letters, digits, "-" and "."), got %r' % (
-                option, value)
+        problem = object_name_problem(option, params[option])
+        if problem:
+            return problem
     if params['holder'] is not None and not params['holder'].strip():
         return 'holder must not be empty (leave it out for the default holder)'
     if params['holder_token_file'] is not None and (not params['holder_token_file'].strip()

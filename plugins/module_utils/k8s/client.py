@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import traceback
 
@@ -246,6 +247,20 @@ def resource_path(group_version, plural, name=None, namespace=None, subresource=
     if subresource:
         parts.append(subresource)
     return '/'.join(parts)
+
+
+DNS_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
+
+
+def object_name_problem(option, value):
+    """Why ``value`` of module option ``option`` cannot name a node, Lease or namespace (None when it can): such
+    names are DNS subdomains, and an empty one would make ``resource_path`` address the whole collection."""
+    if not value or not value.strip():
+        return '%s must not be empty' % option
+    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        return ('%s must be a DNS subdomain name (at most 253 lower case letters, digits, "-" and ".", starting and '
+                'ending with a letter or digit), got %r' % (option, value))
+    return None
 
 
 def typed_patch_content_type(body):
