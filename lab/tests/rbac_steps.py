@@ -15,7 +15,8 @@ import yaml
 from conftest import collections_path
 
 KUBECTL = "/usr/bin/kubectl"
-LOCK = "rbac-rollout"
+LOCK = "gpuops-nvidia-rollout"      # the one Lease name deploy/rbac/ lets the runner get and update
+LOCK_NAMESPACE = "gpuops-system"    # the runner's own namespace, the only one where it may create a Lease
 HOLDER = "sre@bastion/rbac-test"
 DRIVER = "550.54.15"
 NODE = "gpu-node-01"
@@ -23,14 +24,17 @@ WORKLOAD = "rbac-workload"
 
 
 def steps(node: str = NODE) -> list:
-    """(step name, module, args, the resources whose rule it needs) in runbook order."""
-    lock = {"name": LOCK, "namespace": "kube-system", "holder": HOLDER}
+    """(step name, module, args, the rules it needs) in runbook order: a ClusterRole's rule by its resource
+    (``pods``), a Role's by namespace and resource (``default/pods``)."""
+    lock = {"name": LOCK, "namespace": LOCK_NAMESPACE, "holder": HOLDER}
+    leases = LOCK_NAMESPACE + "/leases"
     return [
-        ("take the rollout lock", "rollout_lock", dict(lock, ttl=600), {"leases"}),
+        ("take the rollout lock", "rollout_lock", dict(lock, ttl=600), {leases}),
         ("plan the rollout", "driver_upgrade_plan", {"driver_version": "580.95.05", "cluster_name": "gpulab",
                                                      "nodes": [node]},
-         {"nodes", "daemonsets", "pods", "poddisruptionbudgets"}),
-        ("open the batch gate", "rollout_batch_gate", {"nodes": [node], "lock_name": LOCK}, {"nodes", "leases"}),
+         {"nodes", "daemonsets", "pods", "poddisruptionbudgets", "clusterpolicies", "nvidiadrivers"}),
+        ("open the batch gate", "rollout_batch_gate", {"nodes": [node], "lock_name": LOCK,
+                                                       "lock_namespace": LOCK_NAMESPACE}, {"nodes", leases}),
         ("record the node as draining", "node_upgrade_record", {"name": node, "state": "draining",
                                                                 "to_version": "580.95.05"}, {"nodes"}),
         ("wait for the node's batch jobs", "pods_completion_wait", {"node": node, "selector": "app=batch-job",
@@ -39,7 +43,7 @@ def steps(node: str = NODE) -> list:
         ("drain the node", "node_drain", {"name": node, "timeout": 120, "delete_emptydir_data": True},
          {"nodes", "pods", "pods/eviction", "poddisruptionbudgets", "daemonsets"}),
         ("restart the device plugin", "device_plugin_restart", {"nodes": [node], "timeout": 120},
-         {"nodes", "pods", "daemonsets"}),
+         {"nodes", "pods", "daemonsets", "kube-system/pods"}),
         ("wait for allocatable GPUs", "gpu_allocatable_wait", {"nodes": [node], "count": 8, "timeout": 120},
          {"nodes"}),
         # the lab's nodes publish extended resources, not DRA slices: the wait is allowed to read the slices
@@ -48,9 +52,9 @@ def steps(node: str = NODE) -> list:
          {"resourceslices"}),
         ("uncordon the node", "node_drain", {"name": node, "state": "uncordon"}, {"nodes"}),
         ("smoke-test the GPUs", "gpu_smoke_test", {"node": node, "timeout": 120},   # all its GPUs
-         {"nodes", "pods", "pods/log"}),
-        ("renew the rollout lock", "rollout_lock", dict(lock, state="renewed", ttl=600), {"leases"}),
-        ("release the rollout lock", "rollout_lock", dict(lock, state="released"), {"leases"}),
+         {"nodes", "pods", "default/pods", "default/pods/log"}),
+        ("renew the rollout lock", "rollout_lock", dict(lock, state="renewed", ttl=600), {leases}),
+        ("release the rollout lock", "rollout_lock", dict(lock, state="released"), {leases}),
     ]
 
 
@@ -142,7 +146,7 @@ def allocatable_gpus(lab, node: str = NODE) -> int:
 def reset(lab, node: str = NODE) -> None:
     """As the admin: the node schedulable without our annotations, no lock, the workload running on the node,
     and the device plugin's ledger stale again (so that the restart step has a pod to delete)."""
-    kubectl(lab, "-n", "kube-system", "delete", "lease", LOCK, "--ignore-not-found")
+    kubectl(lab, "-n", LOCK_NAMESPACE, "delete", "lease", LOCK, "--ignore-not-found")
     annotations = get_json(lab, "node", node)["metadata"].get("annotations") or {}
     patch = {"spec": {"unschedulable": None},
              "metadata": {"annotations": {key: None for key in annotations if key.startswith("gpuops.nvidia/")}}}

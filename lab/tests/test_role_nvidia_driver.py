@@ -89,7 +89,12 @@ def flow(tmp_path_factory, bad_mirror):
             # the lab mirror's URL for a version it does not have
             "url_404": dict(good, nvidia_driver_version="999.99.99", nvidia_driver_runfile_checksum="sha256:" + "cd" * 32),
             "sums_mismatch": dict(good, nvidia_driver_runfile_url=bad_mirror["url"] + "/" + os.path.basename(runfile),
-                                  nvidia_driver_runfile_checksum="sha256:%s/SHA256SUMS" % bad_mirror["url"]),
+                                  nvidia_driver_runfile_checksum="sha256:%s/SHA256SUMS" % bad_mirror["url"],
+                                  nvidia_driver_runfile_checksum_trust_mirror=True),
+            # the same, not trusted: the sums beside the runfile prove nothing the mirror could not fake
+            "sums_on_mirror": dict(good, nvidia_driver_runfile_url=bad_mirror["url"] + "/" + os.path.basename(runfile),
+                                   nvidia_driver_runfile_checksum="sha256:%s/SHA256SUMS" % bad_mirror["url"],
+                                   nvidia_driver_runfile_checksum_trust_mirror=False),
         }
         steps["bad"] = {name: run_role(lab, "nvidia_driver", role_vars, work) for name, role_vars in bad.items()}
         steps["after_bad"] = node_snapshot(lab)
@@ -145,6 +150,12 @@ def test_a_runfile_url_that_404s_is_refused_with_the_url_and_the_reason(flow):
 def test_a_runfile_that_does_not_match_its_sha256sums_is_refused(flow):
     text = failure_text(flow["bad"]["sums_mismatch"])
     assert "could not be fetched" in text and "SHA256SUMS" in text and "checksum" in text.lower()
+
+
+def test_a_checksum_served_by_the_runfiles_own_mirror_is_refused_before_anything_changes(flow):
+    text = failure_text(flow["bad"]["sums_on_mirror"])
+    assert "nvidia_driver_runfile_checksum is a URL on the runfile's own host (127.0.0.1)" in text
+    assert "nvidia_driver_runfile_checksum_trust_mirror: true" in text and "Nothing was changed" in text
 
 
 def test_bad_requests_and_check_mode_leave_the_node_as_it_was(flow):

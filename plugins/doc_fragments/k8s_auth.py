@@ -122,6 +122,17 @@ options:
       - Can also be set with the E(K8S_AUTH_IMPERSONATE_GROUPS) environment variable.
     type: list
     elements: str
+  request_timeout:
+    description:
+      - Seconds to wait for the API server to answer each request (the connection itself within 10 seconds at
+        most), so that a server that accepts and never answers fails the task naming the call instead of hanging it.
+        A watch waits for its own server-side timeout plus this.
+      - Reads, evictions and writes guarded by the C(resourceVersion) read are retried after 0.5, 1 and 2 seconds
+        when answered 500, 502, 503 or 504 or when the connection is refused or reset; then the task fails naming
+        the call and the attempts. Other calls are not retried.
+      - Can also be set with the E(K8S_AUTH_REQUEST_TIMEOUT) environment variable.
+    type: float
+    default: 60
 attributes:
   action_group:
     description:

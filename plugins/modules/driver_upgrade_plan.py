@@ -260,7 +260,7 @@ def read_operator_resources(module, api):
             if status_of(error)[0] == 404:
                 items = []
             else:
-                hint = (" (apply deploy/rbac/21-clusterrole-gpu-operator.yml: the plan must know whether the GPU "
+                hint = (" (apply deploy/rbac/20-clusterrole.yml: the plan must know whether the GPU "
                         "Operator owns the driver)") if status_of(error)[0] == 403 else ""
                 module.fail_json(msg=api_error_message(error, "list %s.%s" % (resource["plural"], resource["group"]))
                                  + hint)

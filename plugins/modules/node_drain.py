@@ -274,8 +274,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import drain as _drain
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
-    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, request_json,
-    resource_path, set_connection_pool_size, status_of)
+    K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, object_name_problem,
+    request_json, resource_path, set_connection_pool_size, status_of)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_engine import (
     MAX_PARALLEL_EVICTIONS, PDBS, PODS, Drain)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_time
@@ -435,6 +435,8 @@ def main():
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
+    if object_name_problem("name", params["name"]):
+        module.fail_json(msg=object_name_problem("name", params["name"]))
     if params["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %d" % params["timeout"])
     if params["grace_period"] is not None and params["grace_period"] < 0:

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 import traceback
 
 from urllib.parse import quote, urlencode
@@ -67,6 +69,15 @@ QUERY_NAMES = dict(field_selector='fieldSelector', label_selector='labelSelector
                    limit='limit', _continue='continue', grace_period_seconds='gracePeriodSeconds')
 
 
+# every request has a connect and a read timeout (the request_timeout option, or this): an API server that accepts
+# and never answers fails the call instead of hanging the task
+DEFAULT_REQUEST_TIMEOUT_S = 60
+CONNECT_TIMEOUT_CAP_S = 10
+# answers of an overloaded or restarting API server (and its load balancer) that an idempotent call may retry
+RETRY_STATUSES = (500, 502, 503, 504)
+RETRY_DELAYS_S = (0.5, 1, 2)   # bounded back-off: at most 1 + 3 attempts
+
+
 def _env(*names):
     return (env_fallback, list(names))
 
@@ -92,6 +103,7 @@ K8S_AUTH_ARG_SPEC = dict(
     persist_config=dict(type='bool', fallback=_env('K8S_AUTH_PERSIST_CONFIG')),
     impersonate_user=dict(type='str', fallback=_env('K8S_AUTH_IMPERSONATE_USER')),
     impersonate_groups=dict(type='list', elements='str', fallback=_env('K8S_AUTH_IMPERSONATE_GROUPS')),
+    request_timeout=dict(type='float', default=DEFAULT_REQUEST_TIMEOUT_S, fallback=_env('K8S_AUTH_REQUEST_TIMEOUT')),
 )
 
 
@@ -135,6 +147,7 @@ def build_api_client(params):
         raise K8sConfigError('cannot load kubeconfig: %s' % error)
     _apply_overrides(configuration, params)
     api = k8s_client.ApiClient(configuration)
+    api.request_timeout_s = _request_timeout(params.get('request_timeout'))
     api.user_agent = '%s %s' % (USER_AGENT, api.user_agent)   # the API server's audit log names the collection
     if params.get('impersonate_user'):
         api.set_default_header('Impersonate-User', params['impersonate_user'])
@@ -146,6 +159,14 @@ def build_api_client(params):
     if groups:
         api.set_default_header('Impersonate-Group', groups[0])
     return api
+
+
+def _request_timeout(value):
+    if value is None:
+        return DEFAULT_REQUEST_TIMEOUT_S
+    if value <= 0:
+        raise K8sConfigError('request_timeout must be a positive number of seconds, got %s' % value)
+    return value
 
 
 def _apply_overrides(configuration, params):
@@ -216,7 +237,9 @@ def api_error_message(error, action=None):
     if code is None:
         text = message or error.__class__.__name__
     else:
-        text = '%s (reason %s, HTTP %s)' % (message, reason or 'unknown', code)
+        retried = getattr(error, 'attempts', 1) or 1
+        text = '%s (reason %s, HTTP %s%s)' % (message, reason or 'unknown', code, '; %s, %d attempts' % (
+            error.call, retried) if retried > 1 else '')
     return '%s: %s' % (action, text) if action else text
 
 
@@ -224,12 +247,14 @@ class ApiError(Exception):
     """A non-2xx answer of the API server, with what ``status_of`` reads: ``status`` (the HTTP code), ``reason``
     (the HTTP reason phrase), ``body`` (the answer as text, a ``metav1.Status`` in JSON) and ``headers``."""
 
-    def __init__(self, status, reason, body, headers=None):
+    def __init__(self, status, reason, body, headers=None, call=None, attempts=1):
         self.status = status
         self.reason = reason
         self.body = body.decode('utf-8', 'replace') if isinstance(body, bytes) else body
         self.headers = headers or {}
-        super(ApiError, self).__init__('HTTP %s %s' % (status, reason))
+        self.call = call
+        self.attempts = attempts
+        super(ApiError, self).__init__('%sHTTP %s %s' % (call + ': ' if call else '', status, reason))
 
 
 def resource_path(group_version, plural, name=None, namespace=None, subresource=None):
@@ -244,6 +269,20 @@ def resource_path(group_version, plural, name=None, namespace=None, subresource=
     if subresource:
         parts.append(subresource)
     return '/'.join(parts)
+
+
+DNS_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
+
+
+def object_name_problem(option, value):
+    """Why ``value`` of module option ``option`` cannot name a node, Lease or namespace (None when it can): such
+    names are DNS subdomains, and an empty one would make ``resource_path`` address the whole collection."""
+    if not value or not value.strip():
+        return '%s must not be empty' % option
+    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        return ('%s must be a DNS subdomain name (at most 253 lower case letters, digits, "-" and ".", starting and '
+                'ending with a letter or digit), got %r' % (option, value))
+    return None
 
 
 def typed_patch_content_type(body):
@@ -267,11 +306,17 @@ def request(api, method, path, query=None, body=None, content_type=None, timeout
     """One request to the API server over ``api`` (a ``kubernetes.client.ApiClient``): its host, default headers
     (User-Agent, impersonation), auth (``configuration.auth_settings()`` also runs the kubeconfig's token refresh
     hook) and connection pool (client certificate, CA, proxy). Returns the urllib3 response, read already unless
-    ``stream``; a non-2xx answer raises ``ApiError``; connection and TLS errors are urllib3's.
+    ``stream``; a non-2xx answer raises ``ApiError``, no answer (timeout, refused or reset connection)
+    ``K8sRequestError``; both name the call.
 
     ``query``: a dict or pairs (the typed methods' snake_case names are mapped, ``None`` values left out, booleans
     sent as ``true``/``false``); ``body``: sent as JSON with ``content_type`` (default ``application/json``; a
-    PATCH must name its patch type, see ``typed_patch_content_type``); ``timeout_s``: a total timeout.
+    PATCH must name its patch type, see ``typed_patch_content_type``).
+
+    Timeouts: connect within ``min(10, t)`` and each read within ``t`` seconds, ``t`` being ``timeout_s`` or the
+    client's ``request_timeout`` option; a watch (``watch=true`` with ``timeoutSeconds``) may stay quiet until the
+    server ends it, so its reads wait ``timeoutSeconds + t``. An idempotent call (``idempotent_call``) answered
+    500/502/503/504 or whose connection was refused or reset is retried after 0.5, 1 and 2 s.
     """
     method = method.upper()
     configuration = api.configuration
@@ -292,15 +337,80 @@ def request(api, method, path, query=None, body=None, content_type=None, timeout
         headers['Content-Type'] = content_type or JSON
         encoded = json.dumps(body).encode('utf-8')
     url = configuration.host.rstrip('/') + path + ('?' + urlencode(pairs) if pairs else '')
-    timeout = urllib3.Timeout(total=timeout_s) if timeout_s else None
-    response = api.rest_client.pool_manager.request(method, url, body=encoded, headers=headers, timeout=timeout,
-                                                    preload_content=not stream)
-    if not 200 <= response.status < 300:
+    call = '%s %s' % (method, path)
+    timeout = _timeout(timeout_s or getattr(api, 'request_timeout_s', DEFAULT_REQUEST_TIMEOUT_S), pairs)
+    delays = RETRY_DELAYS_S if idempotent_call(method, path, body) else ()
+    for attempt in range(len(delays) + 1):
+        try:
+            response = api.rest_client.pool_manager.request(method, url, body=encoded, headers=headers,
+                                                            timeout=timeout, retries=False,
+                                                            preload_content=not stream)
+        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.NewConnectionError) as error:
+            if attempt < len(delays):
+                time.sleep(delays[attempt])
+                continue
+            raise K8sRequestError(call, error, attempt + 1)
+        except urllib3.exceptions.HTTPError as error:   # timeouts (never retried: the wait is already long), TLS
+            raise K8sRequestError(call, error, attempt + 1)
+        if 200 <= response.status < 300:
+            return response
         data = response.data
         if stream:
             response.release_conn()
-        raise ApiError(response.status, response.reason, data, dict(response.headers))
-    return response
+        if response.status in RETRY_STATUSES and attempt < len(delays):
+            time.sleep(delays[attempt])
+            continue
+        raise ApiError(response.status, response.reason, data, dict(response.headers), call=call,
+                       attempts=attempt + 1)
+    raise AssertionError('unreachable')   # the loop returns or raises
+
+
+def _timeout(read_s, pairs):
+    query = dict(pairs)
+    if query.get('watch') == 'true' and query.get('timeoutSeconds'):
+        read_s += float(query['timeoutSeconds'])
+    return urllib3.Timeout(connect=min(CONNECT_TIMEOUT_CAP_S, read_s), read=read_s)
+
+
+def idempotent_call(method, path, body):
+    """Whether sending the call twice does no more than sending it once: reads, evictions (a second one of a pod
+    already evicted is answered 404 or 429, it never evicts another pod), and replaces or patches guarded by the
+    resourceVersion read (a second one after the first was applied is answered 409 Conflict)."""
+    if method in ('GET', 'HEAD'):
+        return True
+    if method == 'POST':
+        return path.endswith('/eviction')
+    if method in ('PUT', 'PATCH'):
+        if isinstance(body, dict):
+            return bool((body.get('metadata') or {}).get('resourceVersion'))
+        if isinstance(body, list):
+            return any(isinstance(op, dict) and op.get('op') == 'test' and op.get('path') == '/metadata/resourceVersion'
+                       for op in body)
+    return False
+
+
+class K8sRequestError(Exception):
+    """No answer from the API server: the call (``GET /api/v1/nodes``), what happened and after how many
+    attempts; ``timed_out`` when it was a read timeout (a watch re-lists on it)."""
+
+    def __init__(self, call, error, attempts=1):
+        self.call = call
+        self.attempts = attempts
+        self.timed_out = isinstance(error, urllib3.exceptions.ReadTimeoutError)
+        what = 'no answer within the read timeout' if self.timed_out else _reason_of(error)
+        tries = ' (%d attempts)' % attempts if attempts > 1 else ''
+        super(K8sRequestError, self).__init__('%s: %s%s' % (call, what, tries))
+
+
+def _reason_of(error):
+    reason = getattr(error, 'reason', None) or (error.args[-1] if getattr(error, 'args', None) else None)
+    return '%s: %s' % (error.__class__.__name__, reason or error)
+
+
+def is_read_timeout(error):
+    """Whether ``error`` is a read that got no answer in time (from ``request`` or from reading a stream)."""
+    return getattr(error, 'timed_out', False) or (
+        urllib3 is not None and isinstance(error, urllib3.exceptions.ReadTimeoutError))
 
 
 def request_json(api, method, path, query=None, body=None, content_type=None, timeout_s=None):

@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """List + watch of one collection, as an informer does it: list, then one watch from the list's resourceVersion,
-resumed from the last resourceVersion seen when the server closes it (not an error), relisted on 410 Expired.
+resumed from the last resourceVersion seen when the server closes it (not an error), relisted on 410 Expired and
+when the watch stays silent past its read timeout (a dead connection: the server ends each watch after at most
+``WATCH_WINDOW_S``, so a stream quiet longer than that plus the request timeout is not coming back).
 
 ``ListWatch(list_call, events)``: ``list_call(**query)`` lists one collection with its selectors bound and gives
 the urllib3 response (streamed for ``watch=True``), e.g. ``_k8s_client.list_call(api, '/api/v1/nodes',
@@ -11,7 +13,8 @@ field_selector='metadata.name=gpu-1')``; a typed list method of the kubernetes c
 ``_preload_content=False``), so objects stay plain JSON dicts. ``start(deadline)`` runs the reader in a
 daemon thread that puts ``(key, 'SYNC', [objects])`` after every (re)list and ``(key, 'ADDED'|'MODIFIED'|'DELETED',
 object)`` for each change on ``events`` (a ``queue.Queue``), and ``(key, 'FAILED', message)`` when it gives up.
-``watches_opened`` and ``lists`` count the requests made; ``stop()`` ends the watch.
+``watches_opened`` and ``lists`` count the requests made, ``relists_after_expiry`` and ``relists_after_timeout``
+why it listed again; ``stop()`` ends the watch.
 
 ``list_json(list_call, **query)``: one list, as ``(items, resourceVersion)``.
 ``watch_events(response)``: the ``(type, object)`` events of one watch response (an ERROR event raises).
@@ -23,9 +26,14 @@ import json
 import threading
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import api_error_message, status_of
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
+    api_error_message,
+    is_read_timeout,
+    status_of,
+)
 
 RETRY_DELAYS_S = (0.5, 1, 2, 4, 8)
+WATCH_WINDOW_S = 300   # the timeoutSeconds of one watch request: a longer wait is several watches
 
 
 def iter_lines(response):
@@ -68,6 +76,7 @@ class ListWatch:
         self.watches_opened = 0
         self.lists = 0
         self.relists_after_expiry = 0
+        self.relists_after_timeout = 0
         self._stopped = threading.Event()
         self._lock = threading.Lock()      # hands the open watch response between the reader and stop()
         self._response = None
@@ -105,6 +114,9 @@ class ListWatch:
                     self.relists_after_expiry += 1
                     resource_version = None
                     continue
+                if is_read_timeout(error):
+                    self.relists_after_timeout += 1
+                    resource_version = None
                 if failures >= len(RETRY_DELAYS_S) or (code is not None and code < 500 and code != 429):
                     self.events.put((self.key, 'FAILED', api_error_message(error, 'watch %s' % self.key)))
                     return
@@ -121,7 +133,7 @@ class ListWatch:
 
     def _watch(self, resource_version, deadline):
         """Reads one watch until the server closes it; returns the resourceVersion to resume from."""
-        timeout_s = max(1, int(deadline - time.time()) + 1)
+        timeout_s = min(WATCH_WINDOW_S, max(1, int(deadline - time.time()) + 1))
         response = self.list_call(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
                                   timeout_seconds=timeout_s, _preload_content=False)
         self.watches_opened += 1

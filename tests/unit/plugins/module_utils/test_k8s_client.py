@@ -59,7 +59,8 @@ def test_option_names_and_environment_variables_are_those_of_kubernetes_core():
         "client_cert": "K8S_AUTH_CERT_FILE", "client_key": "K8S_AUTH_KEY_FILE", "proxy": "K8S_AUTH_PROXY",
         "impersonate_user": "K8S_AUTH_IMPERSONATE_USER", "impersonate_groups": "K8S_AUTH_IMPERSONATE_GROUPS",
         "username": "K8S_AUTH_USERNAME", "password": "K8S_AUTH_PASSWORD", "no_proxy": "K8S_AUTH_NO_PROXY",
-        "persist_config": "K8S_AUTH_PERSIST_CONFIG"}
+        "persist_config": "K8S_AUTH_PERSIST_CONFIG",
+        "request_timeout": "K8S_AUTH_REQUEST_TIMEOUT"}
     assert {name: spec["fallback"][1] for name, spec in K8S_AUTH_ARG_SPEC.items() if name != "proxy_headers"} == {
         name: [env] for name, env in expected.items()}
     assert {name: spec["fallback"][1] for name, spec in K8S_AUTH_ARG_SPEC["proxy_headers"]["options"].items()} == {

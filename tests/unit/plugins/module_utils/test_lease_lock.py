@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.lease_lock import (
-    decide, default_holder, lease_state, result_of)
+    STOLEN_ANNOTATION, TOKEN_ANNOTATION, decide, default_holder, lease_state, result_of, token_sha256_of)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")
 T0 = parse_time("2026-12-03T03:00:00Z")
@@ -112,3 +114,53 @@ def test_free_lease_is_taken_and_counts_a_transition():
 
 def test_default_holder():
     assert default_holder("sre", "bastion-1", "run-81234.9912") == "sre@bastion-1/run-81234.9912"
+
+
+def acquired_with_token(token, holder="alice@bastion/run-1", at=T0):
+    lease = decide(None, request(holder=holder, token_sha256=token_sha256_of(token)), at).body
+    lease["metadata"]["resourceVersion"] = "41"
+    return lease
+
+
+def test_the_lease_keeps_the_hash_of_the_token_never_the_token():
+    lease = acquired_with_token("s3cret-token-of-run-1-0123456789abcdef")
+    assert lease["metadata"]["annotations"] == {TOKEN_ANNOTATION: token_sha256_of("s3cret-token-of-run-1-0123456789abcdef")}
+    assert "s3cret" not in json.dumps(lease)
+
+
+@pytest.mark.parametrize("state", ["acquired", "renewed", "released"])
+@pytest.mark.parametrize("presented", [None, "another-token-0123456789abcdef0123456789"])
+def test_the_holder_name_without_its_token_is_refused(state, presented):
+    lease = acquired_with_token("token-of-run-1-0123456789abcdef0123456789")
+    decision = decide(lease, request(state=state, token_sha256=token_sha256_of(presented)), T0 + 60)
+    assert decision.action == "fail"
+    assert decision.message.startswith("lock kube-system/gpu-rollout is held by alice@bastion/run-1 since ")
+    assert "does not hold its token" in decision.message and decision.message.endswith("ask its holder")
+
+
+def test_a_token_cannot_claim_a_lock_taken_by_name_alone():
+    decision = decide(acquired_by("alice@bastion/run-1"), request(token_sha256=token_sha256_of("t" * 43)), T0 + 60)
+    assert decision.action == "fail" and "does not hold its token" in decision.message
+
+
+def test_the_token_holder_renews_and_releases_and_release_drops_the_hash():
+    token = token_sha256_of("token-of-run-1-0123456789abcdef0123456789")
+    lease = acquired_with_token("token-of-run-1-0123456789abcdef0123456789")
+    assert decide(lease, request(token_sha256=token), T0 + 60).action == "none"
+    assert decide(lease, request(state="renewed", token_sha256=token), T0 + 60).action == "update"
+    released = decide(lease, request(state="released", token_sha256=token), T0 + 60).body
+    assert TOKEN_ANNOTATION not in released["metadata"]["annotations"]
+
+
+def test_an_expired_lock_of_the_same_name_whose_token_is_lost_is_taken_over_only_by_an_explicit_steal():
+    lease = acquired_with_token("lost-token-0123456789abcdef0123456789abcd")
+    fresh = token_sha256_of("new-token-0123456789abcdef0123456789abcdef")
+    refused = decide(lease, request(token_sha256=fresh), T0 + 601)
+    assert refused.action == "fail" and "take it over with steal_expired: true" in refused.message
+    taken = decide(lease, request(token_sha256=fresh, steal_expired=True), T0 + 601)
+    assert taken.action == "update"
+    assert taken.stolen == {"by": "alice@bastion/run-1", "at": "2026-12-03T03:10:01Z", "from": "alice@bastion/run-1",
+                            "expired_at": "2026-12-03T03:10:00Z"}
+    assert json.loads(taken.body["metadata"]["annotations"][STOLEN_ANNOTATION]) == taken.stolen
+    assert taken.body["metadata"]["annotations"][TOKEN_ANNOTATION] == fresh
+    assert result_of(taken.body, T0 + 601)["last_steal"] == taken.stolen
