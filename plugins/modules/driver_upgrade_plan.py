@@ -76,8 +76,8 @@ options:
     type: raw
     default: 1
   max_fail_percentage:
-    description: Checked here only for its range (0-100); the runbook applies it.
-    type: float
+    description: Checked here only for its range (0-100, digits 0-9); the runbook applies it.
+    type: raw
     default: 0
   soak_seconds:
     description: Checked here only for its shape (seconds, or a mapping with C(canary) and C(batch)).
@@ -364,7 +364,7 @@ def main():
         batches=dict(type="list", elements="raw", default=[1, "25%"]),
         canary_nodes=dict(type="list", elements="str"),
         max_unavailable=dict(type="raw", default=1),
-        max_fail_percentage=dict(type="float", default=0),
+        max_fail_percentage=dict(type="raw", default=0),
         soak_seconds=dict(type="raw", default=0),
         maintenance_window=dict(type="dict"),
         spread_label=dict(type="str"),

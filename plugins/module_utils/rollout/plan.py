@@ -218,7 +218,7 @@ def _selector_errors(value, _options):
     try:
         parse_label_selector(value)
     except ValueError as error:
-        return ["%r is not a label selector: %s" % (value, error)]
+        return ["not a label selector: %s" % (error,)]
     return []
 
 
