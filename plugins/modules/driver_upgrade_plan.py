@@ -182,7 +182,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 errors:
-  description: When the inputs are refused, one line per problem, C(option: what is wrong).
+  description: When the inputs are refused, one line per problem, the option's name first.
   returned: failure
   type: list
   elements: str

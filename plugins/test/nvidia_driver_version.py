@@ -12,8 +12,9 @@ description:
   - True for a string that is a full NVIDIA driver version, C(branch.minor[.patch]) with a branch from 100 to 9999
     and no leading zero (V(615.71.09), V(470.74)), and nothing else - no whitespace, ASCII digits only.
   - The collection's one rule for a driver version, the same the modules apply; the roles and runbooks refuse a
-    malformed version with it before anything changes. A number is not a version (C(470.74) read as a float
-    loses its form): pass it through the C(string) filter first if it may be one.
+    malformed version with it before anything changes.
+  - A number is not a version, since C(470.74) read as a float loses its form; pass a value that may be one
+    through the C(string) filter first.
 author: gpuops.nvidia contributors (@gpuops)
 options:
   _input:
