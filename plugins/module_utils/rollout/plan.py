@@ -270,7 +270,7 @@ def _number(value):
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return value if value == value else None
+        return None if isinstance(value, float) and math.isnan(value) else value
     if isinstance(value, str) and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,6})?", value.strip(), re.ASCII):
         return float(value)
     return None

@@ -120,6 +120,7 @@ BAD_INPUTS = [
     ("max_fail_percentage", 150, "from 0 to 100"),
     ("max_fail_percentage", -1, "from 0 to 100"),
     ("max_fail_percentage", float("nan"), "from 0 to 100"),
+    ("max_fail_percentage", 10 ** 400, "from 0 to 100"),
     ("max_fail_percentage", "５0", "from 0 to 100"),
     ("soak_seconds", -1, "seconds from 0 to 604800"),
     ("soak_seconds", 10 ** 30, "seconds from 0 to 604800"),
