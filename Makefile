@@ -66,6 +66,7 @@ lint: tree
 	cd $(COLLECTION_DIR) && PATH=$(BIN):$$PATH $(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
 	$(BIN)/python hack/role_docs.py --check
+	$(BIN)/python hack/runbook_docs.py --check
 
 lab-test: tree
 	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \

@@ -56,13 +56,13 @@ def test_the_default_run_prints_the_plan_and_changes_nothing(fleet):
 
 @pytest.mark.parametrize("overrides,expected", [
     ({"gpuops_driver_version": "615.71.09; reboot", "gpuops_confirm": "gpulab"},
-     "gpuops_driver_version '615.71.09; reboot' is not a driver version"),
+     "gpuops_driver_version: '615.71.09; reboot' is not a driver version"),
     ({"gpuops_upgrade_batches": [0, "125%"], "gpuops_max_unavailable": "x", "gpuops_confirm": "gpulab"},
-     "gpuops_upgrade_batches entries must be counts >= 1 or percentages"),
-    ({"gpuops_canary_nodes": ["gpu-node-09"]}, "gpuops_canary_nodes are not among the target nodes: gpu-node-09"),
+     "gpuops_upgrade_batches: entries must be counts >= 1 or percentages"),
+    ({"gpuops_canary_nodes": ["gpu-node-09"]}, "gpuops_canary_nodes: not among the target nodes: gpu-node-09"),
     ({"gpuops_confirm": "yes"}, "gpuops_confirm must be the cluster's name typed out (gpulab), got yes"),
     ({"gpuops_driver_install_method": "magic", "gpuops_confirm": "gpulab"},
-     "gpuops_driver_install_method must be auto, operator, runfile or package"),
+     "gpuops_driver_install_method must be one of: auto, operator, runfile, package, got: magic"),
 ])
 def test_bad_input_is_refused_before_anything_changes(fleet, overrides, expected):
     since = time.time()

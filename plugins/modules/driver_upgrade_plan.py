@@ -12,8 +12,12 @@ version_added: 0.1.0
 description:
   - The first step of the C(gpuops.nvidia.driver_upgrade) runbook. Reads the cluster (nodes, the kured
     lock DaemonSet, pods matching O(wait_for_pods_selector)) and changes nothing.
-  - Every input is validated first and B(all) problems are reported in one failure (malformed version, a batch
-    list that is not counts or percentages, unknown nodes, names with shell metacharacters, a bad window).
+  - Every input is validated first, before the cluster is read, and B(all) problems are reported in one failure,
+    each naming its option with the value and what would do (malformed version, a batch list that is not counts
+    or percentages, unknown nodes, names with shell metacharacters, a bad window, a selector the API server would
+    refuse, a timeout that is not whole seconds within a week, digits other than 0-9). It also checks the inputs
+    only later steps of the runbook read (O(drain_timeout), O(prometheus_url), O(pre_node_tasks), ...), so the
+    runbook refuses them before the lock, any record or any cordon. No input makes it fail with a traceback.
   - The plan has the canary first, then batches of the remaining nodes in the given order (optionally spread
     over failure domains), each node's current and target version and what a run would do with it (start,
     continue or verify after an interruption, skip when already at the target), and what blocks - nodes already
@@ -72,8 +76,8 @@ options:
     type: raw
     default: 1
   max_fail_percentage:
-    description: Checked here only for its range (0-100); the runbook applies it.
-    type: float
+    description: Checked here only for its range (0-100, digits 0-9); the runbook applies it.
+    type: raw
     default: 0
   soak_seconds:
     description: Checked here only for its shape (seconds, or a mapping with C(canary) and C(batch)).
@@ -114,6 +118,50 @@ options:
       without it such pods are blockers of the plan.
     type: bool
     default: false
+  validator_pod_selector:
+    description: Checked here only (a label selector); the GPU Operator mode's validator pods.
+    type: str
+  drain_timeout:
+    description: Checked here only (whole seconds, 1 to a week); each drain's timeout.
+    type: raw
+  reboot_timeout:
+    description: Checked here only (whole seconds, 1 to a week); each reboot's timeout.
+    type: raw
+  ready_timeout:
+    description: Checked here only (whole seconds, 1 to a week); how long a node may take to be back as a GPU node.
+    type: raw
+  wait_for_pods_timeout:
+    description: Checked here only (whole seconds, 1 to a week); how long a node waits for the pods of
+      O(wait_for_pods_selector).
+    type: raw
+  budget_wait_timeout:
+    description: Checked here only (whole seconds, 0 to a week); how long a batch waits for the budget.
+    type: raw
+  lock_ttl:
+    description: Checked here only (whole seconds, 1 to a week); the roll-out lock's ttl.
+    type: raw
+  silence_seconds:
+    description: Checked here only (whole seconds, 1 to a week); how long an Alertmanager silence lasts at most.
+    type: raw
+  lock_name:
+    description: Checked here only (a Lease name); the roll-out lock.
+    type: str
+  run_id:
+    description: Checked here only (letters, digits, V(-), V(_), V(.), at most 63); the run's name in records.
+    type: str
+  prometheus_url:
+    description: Checked here only (an http or https URL); the soak gate's Prometheus.
+    type: str
+  alertmanager_url:
+    description: Checked here only (an http or https URL); where the nodes' alerts are silenced.
+    type: str
+  pre_node_tasks:
+    description: Checked here only (paths of task files ending in C(.yml) or C(.yaml), no templating); run before
+      each node's maintenance.
+    type: raw
+  post_node_tasks:
+    description: Checked here only (as O(pre_node_tasks)); run after each node's verification.
+    type: raw
 """
 
 EXAMPLES = r"""
@@ -133,6 +181,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+errors:
+  description: When the inputs are refused, one line per problem, the option's name first.
+  returned: failure
+  type: list
+  elements: str
+  sample: ["batches: entries must be counts >= 1 or percentages such as '25%' (digits 0-9): 0"]
+invalid:
+  description: When the inputs are refused, each problem as C(option) and C(message) (a runbook names its own
+    variable for the option).
+  returned: failure
+  type: list
+  elements: dict
+  sample: [{option: drain_timeout, message: "must be whole seconds from 1 to 604800 (digits 0-9), not -5"}]
 plan:
   description: The plan.
   returned: success
@@ -287,6 +348,13 @@ def install_plan(params, nodes, policies, drivers):
     return install, blockers, ours
 
 
+def refuse(module, errors):
+    """Fail, naming every bad option, when ``errors`` (planner.validate_inputs) is not empty."""
+    if errors:
+        lines = planner.error_lines(errors)
+        module.fail_json(msg="refused before anything was touched: " + "; ".join(lines), errors=lines, invalid=errors)
+
+
 def main():
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
@@ -296,7 +364,7 @@ def main():
         batches=dict(type="list", elements="raw", default=[1, "25%"]),
         canary_nodes=dict(type="list", elements="str"),
         max_unavailable=dict(type="raw", default=1),
-        max_fail_percentage=dict(type="float", default=0),
+        max_fail_percentage=dict(type="raw", default=0),
         soak_seconds=dict(type="raw", default=0),
         maintenance_window=dict(type="dict"),
         spread_label=dict(type="str"),
@@ -305,26 +373,22 @@ def main():
         kured_daemonset=dict(type="dict", default={"namespace": "kube-system", "name": "kured"}),
         delete_emptydir_data=dict(type="bool", default=False),
         install_method=dict(type="str", default="auto", choices=["auto", "operator", "runfile", "package"]),
+        **dict((name, dict(type="raw")) for name in planner.SECONDS_OPTIONS),
+        validator_pod_selector=dict(type="str"),
+        lock_name=dict(type="str"),
+        run_id=dict(type="str"),
+        prometheus_url=dict(type="str"),
+        alertmanager_url=dict(type="str"),
+        pre_node_tasks=dict(type="raw"),
+        post_node_tasks=dict(type="raw"),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
     # the cheap checks first: a malformed input fails before the cluster is even read
-    offline_errors = planner.validate_inputs(
-        params["driver_version"], params["cluster_name"], params["nodes"], None, params["batches"],
-        params["canary_nodes"], params["max_unavailable"], params["max_fail_percentage"], params["soak_seconds"],
-        params["maintenance_window"], params["spread_label"])
-    if offline_errors:
-        module.fail_json(msg="refused before anything was touched: " + "; ".join(offline_errors),
-                         errors=offline_errors)
+    refuse(module, planner.validate_inputs(params))
     api = api_client_from_module(module)
     nodes, kured, waiting, pods, pdbs = read_cluster(module, api)
-    known = [node["metadata"]["name"] for node in nodes]
-    errors = planner.validate_inputs(
-        params["driver_version"], params["cluster_name"], params["nodes"], known, params["batches"],
-        params["canary_nodes"], params["max_unavailable"], params["max_fail_percentage"], params["soak_seconds"],
-        params["maintenance_window"], params["spread_label"])
-    if errors:
-        module.fail_json(msg="refused before anything was touched: " + "; ".join(errors), errors=errors)
+    refuse(module, planner.unknown_node_errors(params["nodes"], [node["metadata"]["name"] for node in nodes]))
     policies, drivers = read_operator_resources(module, api)
     install, install_blockers, operator_ours = install_plan(params, nodes, policies, drivers)
     plan = planner.build_plan(

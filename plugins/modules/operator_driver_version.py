@@ -119,7 +119,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_operator as operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, MERGE_PATCH, api_client_from_module, api_error_message, request_json, resource_path, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import DRIVER_VERSION_PATTERN
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.gpu_support import is_driver_version
 
 CONFLICT_RETRIES = 3
 
@@ -135,7 +135,7 @@ def main():
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    if not DRIVER_VERSION_PATTERN.match(params["version"]):
+    if not is_driver_version(params["version"]):
         module.fail_json(msg="version %r is not a driver version such as 595.91.07" % params["version"])
     resource = operator.CLUSTER_POLICY if params["kind"] == "ClusterPolicy" else operator.NVIDIA_DRIVER
     api = api_client_from_module(module)

@@ -142,7 +142,7 @@ def main():
     if params["maintenance_window"]:
         errors = maintenance_window_errors(params["maintenance_window"])
         if errors:
-            module.fail_json(msg="; ".join(errors))
+            module.fail_json(msg="maintenance_window: " + "; ".join(errors))
     api = api_client_from_module(module)
     started = time.monotonic()
     while True:

@@ -93,6 +93,10 @@ def test_confirmation_must_match_and_needs_a_terminal_or_confirm():
     ([{"event": "task", "status": "failed", "ignored": True}], "successful", 0, False, exitcodes.DONE),
     ([{"event": "task", "status": "failed"}, {"event": "gate", "status": "failed"}], "failed", 2, False,
      exitcodes.GATE_FAILED),
+    ([{"event": "gate", "gate": "inputs", "status": "ok"}, {"event": "gate", "gate": "inputs", "status": "failed"}],
+     "failed", 2, False, exitcodes.REFUSED),
+    ([{"event": "gate", "gate": "inputs", "status": "ok"}, {"event": "gate", "gate": "batch", "status": "failed"}],
+     "failed", 2, False, exitcodes.GATE_FAILED),
 ])
 def test_outcome_maps_to_exit_codes(records, status, rc, interrupted, code):
     assert runbook.outcome_of(records, status, rc, interrupted) == code

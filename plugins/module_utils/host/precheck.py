@@ -98,7 +98,7 @@ def _check_gpus(facts, requirements, unmet, notes):
     generations = [gpu.generation_of(device.get("device_id")) for device in gpus]
     driver_version = requirements.get("driver_version")
     if driver_version:
-        if gpu.parse_driver_version(driver_version) is None:
+        if not gpu.is_driver_version(driver_version):
             unmet.append(_finding("driver_version_malformed",
                                   "Requested driver version %r is not a full NVIDIA driver version." % driver_version,
                                   "Give the full version, e.g. 580.95.05 (branch.minor.patch)."))

@@ -25,7 +25,7 @@ RECORD_VERSION = 1
 def validate_request(version, sha256=None):
     """Error messages for a malformed request (empty list when fine)."""
     errors = []
-    if gpu.parse_driver_version(version) is None:
+    if not gpu.is_driver_version(version):
         errors.append("version %r is not a full NVIDIA driver version (branch.minor[.patch], e.g. 580.95.05)"
                       % (version,))
     if sha256 and not SHA256_RE.match(sha256):

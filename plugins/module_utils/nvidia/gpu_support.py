@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 
-DRIVER_VERSION_RE = re.compile(r"^(?P<branch>[1-9][0-9]{2,3})\.(?P<minor>[0-9]{1,3})(?:\.(?P<patch>[0-9]{1,3}))?$")
+# The one rule for an NVIDIA driver version (is_driver_version): branch.minor[.patch], the branch 100-9999 without
+# a leading zero (595.91.07, 470.74, 1000.1.1); [0-9] is ASCII only, so '６15.71.09' is refused.
+DRIVER_VERSION_RE = re.compile(r"(?P<branch>[1-9][0-9]{2,3})\.(?P<minor>[0-9]{1,3})(?:\.(?P<patch>[0-9]{1,3}))?")
 CUDA_VERSION_RE = re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9]{1,2})(?:\.[0-9]{1,3})?$")
 
 # PCI device id ranges of NVIDIA GPU chips (inclusive), oldest first. From the device ids of each chip family
@@ -62,11 +64,20 @@ CUDA_MAJOR_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 CUDA_OLDEST_GENERATION = {11: "kepler", 12: "maxwell", 13: "turing"}
 
 
+def is_driver_version(value) -> bool:
+    """Whether ``value`` is an NVIDIA driver version: a string that is branch.minor[.patch] and nothing else (no
+    whitespace, no trailing newline, ASCII digits only). The modules, the roles and the runbooks (through the test
+    plugin gpuops.nvidia.nvidia_driver_version) all use this one rule."""
+    return isinstance(value, str) and DRIVER_VERSION_RE.fullmatch(value) is not None
+
+
 def parse_driver_version(text):
-    """'580.95.05' -> (580, 95, 5); None when it is not a full NVIDIA driver version (branch.minor[.patch])."""
-    match = DRIVER_VERSION_RE.match((text or "").strip())
-    if not match:
+    """'580.95.05' -> (580, 95, 5); None when it is not a driver version (is_driver_version; surrounding whitespace
+    of text read from a node is ignored)."""
+    text = (text or "").strip()
+    if not is_driver_version(text):
         return None
+    match = DRIVER_VERSION_RE.fullmatch(text)
     return (int(match.group("branch")), int(match.group("minor")), int(match.group("patch") or 0))
 
 

@@ -23,18 +23,19 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain import budget_report, classify_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.meta import json_annotation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.selectors import LABEL_KEY_PATTERN, parse_label_selector
+from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.gpu_support import is_driver_version
 
 RECORD_ANNOTATION = "gpuops.nvidia/driver-upgrade"
 OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 OPERATOR_IDLE_STATES = ("", "upgrade-done")
 KURED_LOCK_ANNOTATION = "weave.works/kured-node-lock"
 
-# NVIDIA driver versions: 595.91.07, 550.54.15, 470.74 (older releases have two parts).
-DRIVER_VERSION_PATTERN = re.compile(r"^[0-9]{3}\.[0-9]{1,3}(\.[0-9]{1,3})?$")
 # A Kubernetes node name is an RFC 1123 DNS subdomain; anything else (shell metacharacters included) is refused.
-NODE_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-PERCENT_PATTERN = re.compile(r"^([0-9]{1,3})%$")
-CLOCK_PATTERN = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+NODE_NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+PERCENT_PATTERN = re.compile(r"([0-9]{1,3})%")
+COUNT_PATTERN = re.compile(r"[0-9]{1,9}")
+CLOCK_PATTERN = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 # Record states in the order a node goes through them; a re-run reads where a node stopped.
@@ -57,10 +58,11 @@ def is_count(value) -> bool:
     if isinstance(value, int):
         return value >= 0
     if isinstance(value, str):
-        match = PERCENT_PATTERN.match(value.strip())
+        match = PERCENT_PATTERN.fullmatch(value.strip())
         if match:
             return int(match.group(1)) <= 100
-        return value.strip().isdigit()
+        # str.isdigit() is true for '²' and '２', which int() then refuses or reads: ASCII digits only
+        return COUNT_PATTERN.fullmatch(value.strip()) is not None
     return False
 
 
@@ -69,7 +71,7 @@ def scale_count(value, total: int, round_up: bool) -> int:
     if not is_count(value):
         raise ValueError("%r is neither a count nor a percentage" % (value,))
     text = str(value).strip()
-    match = PERCENT_PATTERN.match(text)
+    match = PERCENT_PATTERN.fullmatch(text)
     if not match:
         return int(text)
     exact = int(match.group(1)) * total / 100.0
@@ -84,70 +86,227 @@ def max_unavailable_nodes(value, gpu_node_count: int) -> int:
 
 # --------------------------------------------------------------------------- validation
 
-def validate_inputs(driver_version, cluster_name, targets, known_nodes, batches, canary_nodes=None,
-                    max_unavailable=1, max_fail_percentage=0, soak_seconds=0, maintenance_window=None,
-                    spread_label=None) -> list:
-    """Every reason the inputs cannot be planned, [] when they can. ``known_nodes``: the cluster's node names
-    (None when unknown, then unknown targets are not checked)."""
+# The longest wait any timeout may ask for (a week): a larger one is a typo, and ansible's int would take it.
+MAX_SECONDS = 7 * 24 * 3600
+# Seconds options: name -> the smallest value allowed (0: the step may be skipped).
+SECONDS_OPTIONS = {"drain_timeout": 1, "reboot_timeout": 1, "ready_timeout": 1, "wait_for_pods_timeout": 1,
+                   "budget_wait_timeout": 0, "lock_ttl": 1, "silence_seconds": 1}
+URL_PATTERN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[-A-Za-z0-9._~/%]*)?", re.ASCII)
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}", re.ASCII)
+REQUIRED_OPTIONS = ("driver_version", "cluster_name", "nodes", "batches")
+HOOK_PATTERN = re.compile(r"[^{}%#\x00-\x1f]+\.ya?ml")
+
+
+def validate_inputs(options) -> list:
+    """Every reason the inputs cannot be planned, [] when they can: ``{"option": name, "message": why}`` in a fixed
+    order, each message with the value and what would do. ``options``: the driver_upgrade_plan module's options
+    by name (those absent or None are not checked, but for the required ones). Needs no cluster; never raises, whatever the values."""
     errors = []
-    if not isinstance(driver_version, str) or not DRIVER_VERSION_PATTERN.match(driver_version):
-        errors.append("gpuops_driver_version %r is not a driver version such as 595.91.07" % (driver_version,))
-    if not isinstance(cluster_name, str) or not NODE_NAME_PATTERN.match(cluster_name or ""):
-        errors.append("gpuops_cluster_name %r must be set to the cluster's name (lower-case letters, digits, "
-                      "'-' and '.')" % (cluster_name,))
-    targets = list(targets or [])
-    if not targets:
-        errors.append("no target nodes: the group gpu_nodes is empty or every host was filtered out")
-    bad_names = [name for name in targets if not isinstance(name, str) or not NODE_NAME_PATTERN.match(name)
-                 or len(name) > 253]
-    if bad_names:
-        errors.append("node names that are not Kubernetes node names (RFC 1123): %s" % ", ".join(
-            repr(name) for name in bad_names))
-    duplicates = sorted(set(name for name in targets if targets.count(name) > 1))
-    if duplicates:
-        errors.append("nodes listed twice: %s" % ", ".join(duplicates))
-    if known_nodes is not None:
-        unknown = [name for name in targets if name not in set(known_nodes) and name not in bad_names]
-        if unknown:
-            errors.append("nodes the cluster does not have: %s" % ", ".join(unknown))
-    if not isinstance(batches, list) or not batches:
-        errors.append("gpuops_upgrade_batches must be a non-empty list of counts or percentages, e.g. "
-                      "[1, '25%%'], not %r" % (batches,))
-    else:
-        bad_batches = [entry for entry in batches if not is_count(entry) or scale_count(entry, 100, True) == 0]
-        if bad_batches:
-            errors.append("gpuops_upgrade_batches entries must be counts >= 1 or percentages such as '25%%': %s"
-                          % ", ".join(repr(entry) for entry in bad_batches))
-    if canary_nodes:
-        if not isinstance(canary_nodes, list):
-            errors.append("gpuops_canary_nodes must be a list of node names, not %r" % (canary_nodes,))
-        else:
-            strangers = [name for name in canary_nodes if name not in targets]
-            if strangers:
-                errors.append("gpuops_canary_nodes are not among the target nodes: %s" % ", ".join(
-                    str(name) for name in strangers))
-    if not is_count(max_unavailable) or scale_count(max_unavailable, 100, True) == 0:
-        errors.append("gpuops_max_unavailable must be a count >= 1 or a percentage, not %r" % (max_unavailable,))
-    if isinstance(max_fail_percentage, bool) or not isinstance(max_fail_percentage, (int, float)) \
-            or not 0 <= max_fail_percentage <= 100:
-        errors.append("gpuops_max_fail_percentage must be a number from 0 to 100, not %r" % (max_fail_percentage,))
-    errors.extend(_soak_errors(soak_seconds))
-    if maintenance_window:
-        errors.extend(maintenance_window_errors(maintenance_window))
-    if spread_label is not None and (not isinstance(spread_label, str) or not spread_label.strip()):
-        errors.append("gpuops_batch_spread_label must be a node label name, not %r" % (spread_label,))
+    for option, check in _CHECKS:
+        if option in REQUIRED_OPTIONS or options.get(option) is not None:
+            errors.extend({"option": option, "message": message} for message in check(options[option], options))
     return errors
 
 
-def _soak_errors(soak_seconds) -> list:
-    values = soak_seconds.values() if isinstance(soak_seconds, dict) else [soak_seconds]
-    if isinstance(soak_seconds, dict) and set(soak_seconds) - {"canary", "batch"}:
-        return ["gpuops_soak_seconds takes the keys canary and batch, not %s" % ", ".join(
-            sorted(set(soak_seconds) - {"canary", "batch"}))]
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            return ["gpuops_soak_seconds must be seconds >= 0 (or {canary: S, batch: S}), not %r" % (soak_seconds,)]
+def unknown_node_errors(targets, known_nodes) -> list:
+    """validate_inputs' errors for the targets the cluster does not have (``known_nodes``: its node names)."""
+    known = set(known_nodes)
+    unknown = [name for name in targets or [] if _is_node_name(name) and name not in known]
+    return [{"option": "nodes", "message": "the cluster has no node %s" % ", ".join(unknown)}] if unknown else []
+
+
+def error_lines(errors) -> list:
+    """validate_inputs' errors as ``option: message`` lines."""
+    return ["%s: %s" % (error["option"], error["message"]) for error in errors]
+
+
+def _is_node_name(name) -> bool:
+    return isinstance(name, str) and len(name) <= 253 and NODE_NAME_PATTERN.fullmatch(name) is not None
+
+
+def _driver_version_errors(value, _options):
+    if is_driver_version(value):
+        return []
+    return ["%r is not a driver version such as 595.91.07 (branch.minor.patch, digits 0-9)" % (value,)]
+
+
+def _cluster_name_errors(value, _options):
+    if _is_node_name(value):
+        return []
+    return ["%r must be the cluster's name (lower-case letters, digits, '-' and '.')" % (value,)]
+
+
+def _nodes_errors(value, _options):
+    if not isinstance(value, list) or not value:
+        return ["no target nodes: the list is empty (is the inventory group empty, or every host filtered out?)"]
+    errors = []
+    bad_names = [name for name in value if not _is_node_name(name)]
+    if bad_names:
+        errors.append("names that are not Kubernetes node names (RFC 1123): %s" % ", ".join(
+            repr(name) for name in bad_names))
+    duplicates = sorted(set(name for name in value if _is_node_name(name) and value.count(name) > 1))
+    if duplicates:
+        errors.append("listed twice: %s" % ", ".join(duplicates))
+    return errors
+
+
+def _batches_errors(value, _options):
+    if not isinstance(value, list) or not value:
+        return ["must be a non-empty list of counts or percentages, e.g. [1, '25%%'], not %r" % (value,)]
+    bad = [entry for entry in value if not is_count(entry) or scale_count(entry, 100, True) == 0]
+    if bad:
+        return ["entries must be counts >= 1 or percentages such as '25%%' (digits 0-9): %s" % ", ".join(
+            repr(entry) for entry in bad)]
     return []
+
+
+def _canary_nodes_errors(value, options):
+    if value in (None, []):
+        return []
+    if not isinstance(value, list):
+        return ["must be a list of node names, not %r" % (value,)]
+    targets = options.get("nodes") if isinstance(options.get("nodes"), list) else []
+    strangers = [name for name in value if name not in targets]
+    if strangers:
+        return ["not among the target nodes: %s" % ", ".join(str(name) for name in strangers)]
+    return []
+
+
+def _max_unavailable_errors(value, _options):
+    if is_count(value) and scale_count(value, 100, True) > 0:
+        return []
+    return ["must be a count >= 1 or a percentage such as '25%%' (digits 0-9), not %r" % (value,)]
+
+
+def _max_fail_percentage_errors(value, _options):
+    number = _number(value)
+    if number is not None and 0 <= number <= 100:
+        return []
+    return ["must be a number from 0 to 100, not %r" % (value,)]
+
+
+def _soak_seconds_errors(value, _options):
+    if isinstance(value, dict):
+        unknown = sorted(str(key) for key in value if key not in ("canary", "batch"))
+        if unknown:
+            return ["takes the keys canary and batch, not %s" % ", ".join(unknown)]
+        values = list(value.values())
+    else:
+        values = [value]
+    for one in values:
+        number = _number(one)
+        if number is None or not 0 <= number <= MAX_SECONDS:
+            return ["must be seconds from 0 to %d (or {canary: S, batch: S}), not %r" % (MAX_SECONDS, value)]
+    return []
+
+
+def _window_errors(value, _options):
+    return maintenance_window_errors(value) if value else []
+
+
+def _spread_label_errors(value, _options):
+    if value is None:
+        return []
+    if isinstance(value, str) and LABEL_KEY_PATTERN.fullmatch(value):
+        return []
+    return ["must be a node label name such as topology.kubernetes.io/zone, not %r" % (value,)]
+
+
+def _selector_errors(value, _options):
+    if value in (None, ""):
+        return []
+    try:
+        parse_label_selector(value)
+    except ValueError as error:
+        return ["not a label selector: %s" % (error,)]
+    return []
+
+
+def _seconds_errors(option):
+    minimum = SECONDS_OPTIONS[option]
+
+    def check(value, _options):
+        if value is None:
+            return []
+        number = _whole_number(value)
+        if number is None or not minimum <= number <= MAX_SECONDS:
+            return ["must be whole seconds from %d to %d (digits 0-9), not %r" % (minimum, MAX_SECONDS, value)]
+        return []
+    return check
+
+
+def _url_errors(value, _options):
+    if value in (None, "") or (isinstance(value, str) and URL_PATTERN.fullmatch(value)):
+        return []
+    return ["%r is not an http(s) URL such as http://prometheus.monitoring:9090" % (value,)]
+
+
+def _hooks_errors(value, _options):
+    if value in (None, []):
+        return []
+    if not isinstance(value, list):
+        return ["must be a list of task files, not %r" % (value,)]
+    bad = [hook for hook in value if not isinstance(hook, str) or not HOOK_PATTERN.fullmatch(hook)]
+    if bad:
+        return ["entries must be paths of task files ending in .yml or .yaml (no templating): %s" % ", ".join(
+            repr(hook) for hook in bad)]
+    return []
+
+
+def _lock_name_errors(value, _options):
+    if value is None or (_is_node_name(value) and len(value) <= 63):
+        return []
+    return ["%r is not a Lease name (lower-case letters, digits, '-' and '.', at most 63)" % (value,)]
+
+
+def _run_id_errors(value, _options):
+    if value is None or (isinstance(value, str) and RUN_ID_PATTERN.fullmatch(value)):
+        return []
+    return ["%r must be letters, digits, '-', '_' and '.' (at most 63), such as 20260101T000000Z-1a2b" % (value,)]
+
+
+def _number(value):
+    """An int or float (not a bool, not NaN), or a string of ASCII digits with one optional dot; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return None if isinstance(value, float) and math.isnan(value) else value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,6})?", value.strip(), re.ASCII):
+        return float(value)
+    return None
+
+
+def _whole_number(value):
+    """An int (not a bool) or a string of ASCII digits; else None (int() would take '２5' and ' 25 ')."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,12}", value, re.ASCII):
+        return int(value)
+    return None
+
+
+_CHECKS = (
+    ("driver_version", _driver_version_errors),
+    ("cluster_name", _cluster_name_errors),
+    ("nodes", _nodes_errors),
+    ("batches", _batches_errors),
+    ("canary_nodes", _canary_nodes_errors),
+    ("max_unavailable", _max_unavailable_errors),
+    ("max_fail_percentage", _max_fail_percentage_errors),
+    ("soak_seconds", _soak_seconds_errors),
+    ("maintenance_window", _window_errors),
+    ("spread_label", _spread_label_errors),
+    ("wait_for_pods_selector", _selector_errors),
+    ("validator_pod_selector", _selector_errors),
+    ("prometheus_url", _url_errors),
+    ("alertmanager_url", _url_errors),
+    ("pre_node_tasks", _hooks_errors),
+    ("post_node_tasks", _hooks_errors),
+    ("lock_name", _lock_name_errors),
+    ("run_id", _run_id_errors),
+) + tuple((option, _seconds_errors(option)) for option in SECONDS_OPTIONS)
 
 
 # --------------------------------------------------------------------------- batches
@@ -254,23 +413,25 @@ def _kured_holders(value) -> list:
 # --------------------------------------------------------------------------- maintenance window
 
 def maintenance_window_errors(window) -> list:
+    """What is wrong with a maintenance window, each message naming its key ([] when it is fine)."""
     if not isinstance(window, dict):
-        return ["gpuops_maintenance_window must be a mapping {days, start, end, timezone}, not %r" % (window,)]
+        return ["must be a mapping {days, start, end, timezone}, such as {days: [sat, sun], start: '22:00', "
+                "end: '04:00'}, not %r" % (window,)]
     errors = []
-    unknown = set(window) - {"days", "start", "end", "timezone"}
+    unknown = sorted(str(key) for key in window if key not in ("days", "start", "end", "timezone"))
     if unknown:
-        errors.append("gpuops_maintenance_window has unknown keys: %s" % ", ".join(sorted(unknown)))
+        errors.append("unknown keys: %s (it takes days, start, end, timezone)" % ", ".join(unknown))
     days = window.get("days", list(WEEKDAYS))
     if not isinstance(days, list) or not days or any(str(day).lower()[:3] not in WEEKDAYS for day in days):
-        errors.append("gpuops_maintenance_window.days must list weekdays (mon..sun), not %r" % (days,))
+        errors.append("days must list weekdays (mon..sun), not %r" % (days,))
     for key in ("start", "end"):
-        if not CLOCK_PATTERN.match(str(window.get(key, ""))):
-            errors.append("gpuops_maintenance_window.%s must be HH:MM (24 h), not %r" % (key, window.get(key)))
+        if not CLOCK_PATTERN.fullmatch(str(window.get(key, ""))):
+            errors.append("%s must be HH:MM (24 h, digits 0-9), not %r" % (key, window.get(key)))
     zone = window.get("timezone", "UTC")
     try:
         _zone(zone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        errors.append("gpuops_maintenance_window.timezone %r is not a known time zone" % (zone,))
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        errors.append("timezone %r is not a known time zone such as Europe/Berlin" % (zone,))
     return errors
 
 

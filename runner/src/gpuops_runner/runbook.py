@@ -152,6 +152,9 @@ def rotate_runs(runs_dir, keep):
         shutil.rmtree(os.path.join(runs_dir, name), ignore_errors=True)
 
 
+INPUT_GATE = "inputs"
+
+
 def confirm_cluster(cluster, confirm, ask):
     if confirm is None:
         if ask is None:
@@ -165,6 +168,9 @@ def outcome_of(records, runner_status, runner_rc, interrupted):
     if interrupted or runner_status in ("canceled", "timeout"):
         return exitcodes.INTERRUPTED
     steps = [record for record in records if record.get("event") in ("task", "gate") and not record.get("ignored")]
+    # a runbook refuses its inputs before anything changes with a failed gate of this name
+    if any(step["event"] == "gate" and step.get("gate") == INPUT_GATE and step["status"] == "failed" for step in steps):
+        return exitcodes.REFUSED
     if any(step["event"] == "gate" and step["status"] in ("failed", "unreachable") for step in steps):
         return exitcodes.GATE_FAILED
     if any(step["status"] in ("failed", "unreachable") for step in steps):
