@@ -32,6 +32,7 @@ MAY_IMPORT = {
     "rollout": ("k8s", "nvidia"),
     "modules": WINGS,
     "filter": WINGS,
+    "test": WINGS,
     "callback": WINGS + ("plugin_utils",),
     "plugin_utils": WINGS,
     "doc_fragments": (),

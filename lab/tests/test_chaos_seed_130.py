@@ -9,15 +9,12 @@ rolled back) and the roll-out stopped, leaving gpu-node-03 cordoned with its rec
 an end state docs/driver_upgrade.md does not describe (a node the run cordoned ends done, rolled back, or
 failed with the reason). Every later run is refused (gpu-node-02 blocks), so nothing ever finishes gpu-node-03.
 
-The fix belongs in the plan (plugins/module_utils/rollout/plan.py, being changed by another engineer now): nodes
-an interrupted run left mid-way (resume continue/reboot/verify) are out already and go together in the resumed
-plan's first batch. Until then this is expected to fail (strict: it starts passing with the fix).
+Fixed in the plan (plugins/module_utils/rollout/plan.py, build_plan): nodes an interrupted run left mid-way
+(resume continue/reboot/verify) are out already and go together in the resumed plan's first batch.
 """
 from __future__ import annotations
 
 import json
-
-import pytest
 
 OLD, NEW = "595.91.07", "615.71.09"
 
@@ -32,7 +29,6 @@ def node(name, record=None, cordoned=False, driver=OLD):
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-@pytest.mark.xfail(strict=True, reason="seed 130: the resumed plan splits the nodes an interrupted run had in flight")
 def test_seed_130_a_resume_puts_every_node_the_killed_run_had_in_flight_in_its_first_batch(collection_module_utils):
     plan = collection_module_utils("rollout.plan")
     draining = {"state": "draining", "from": OLD, "to": NEW, "run_id": "chaos-130",

@@ -201,17 +201,17 @@ def resolve_method(requested: str, detection: dict, targets) -> dict:
     unmanaged = [name for name in targets if name not in detection["node_source"]]
     errors = []
     if requested not in INSTALL_METHODS:
-        return {"method": requested, "errors": ["gpuops_driver_install_method must be one of %s, not %r"
+        return {"method": requested, "errors": ["install_method must be one of %s, not %r"
                                                 % (", ".join(INSTALL_METHODS), requested)]}
     method = requested
     if requested == "auto":
         method = "operator" if managed else "runfile"
         if managed and unmanaged:
             errors.append("the GPU Operator runs the driver of %s but not of %s: roll them out in separate runs "
-                          "(or force gpuops_driver_install_method)" % (", ".join(managed), ", ".join(unmanaged)))
+                          "(or force install_method)" % (", ".join(managed), ", ".join(unmanaged)))
     elif requested in HOST_METHODS and managed:
         errors.append("%s: the GPU Operator runs the driver of %s (%s); a host-installed driver would fight its "
-                      "driver container. Use gpuops_driver_install_method operator (or auto)" % (
+                      "driver container. Use install_method operator (or auto)" % (
                           requested, ", ".join(managed), detection["reason"]))
     elif requested == "operator" and unmanaged:
         errors.append("operator: the GPU Operator does not run the driver of %s (%s)" % (

@@ -510,6 +510,10 @@ def resume_action(record, target_version, loaded_version=None, boot_id=None, ret
 
 # --------------------------------------------------------------------------- the plan
 
+# resume actions of a node an interrupted run of ours left mid-way (cordoned, maybe drained or rebooted)
+IN_FLIGHT_ACTIONS = ("continue", "reboot", "verify")
+
+
 def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_unavailable=1,
                loaded_versions=None, spread_label=None, kured_daemonsets=(), operator_ours=None) -> dict:
     """The dry run's plan from the cluster's Node JSON: batches (canary first) of the nodes still to do, each
@@ -542,6 +546,11 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
     blockers.extend(other_upgraders(nodes, targets, kured_daemonsets, operator_ours))
     to_do = [name for name in targets if per_node[name]["action"] != "skip"]
     canary = [name for name in (canary_nodes or []) if name in to_do] or None
+    # Nodes an interrupted run left mid-way are out already: they go together, first, so a stop after the first
+    # batch of the resume never leaves one of them cordoned half-done (chaos seed 130).
+    in_flight = [name for name in to_do if per_node[name]["action"] in IN_FLIGHT_ACTIONS]
+    if in_flight:
+        canary = in_flight + [name for name in (canary or []) if name not in in_flight]
     domain_of = None
     if spread_label:
         domain_of = {name: (by_name.get(name, {}).get("metadata", {}).get("labels") or {}).get(spread_label)

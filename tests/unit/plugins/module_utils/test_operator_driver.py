@@ -113,7 +113,7 @@ def test_a_helm_rendered_cluster_policy_gets_its_values_change():
     ("operator", "operator", None),
     ("runfile", "runfile", "runfile: the GPU Operator runs the driver of gpu-node-01"),
     ("package", "package", "a host-installed driver would fight its driver container"),
-    ("magic", "magic", "gpuops_driver_install_method must be one of auto, operator, runfile, package"),
+    ("magic", "magic", "install_method must be one of auto, operator, runfile, package"),
 ])
 def test_the_method_on_operator_managed_nodes(requested, method, error):
     resolved = op.resolve_method(requested, op.detect([sample_cluster_policy()], [], NODES, NEW), TARGETS)

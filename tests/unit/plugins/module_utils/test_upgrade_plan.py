@@ -385,6 +385,19 @@ def test_a_node_left_cordoned_by_our_interrupted_run_is_resumed_not_blocked():
     assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-02"]]
 
 
+
+def test_every_node_an_interrupted_run_left_mid_way_goes_in_the_resumed_plans_first_batch():
+    """Chaos seed 130: a batch of two killed mid-drain must not be split by the resume's canary size."""
+    draining = json.dumps({"state": "draining", "from": "595.91.07", "to": "615.71.09", "run_id": "r"})
+    nodes = [node("gpu-node-%02d" % index, cordoned=index in (2, 3),
+                  annotations={plan.RECORD_ANNOTATION: draining} if index in (2, 3) else None)
+             for index in (1, 2, 3, 4)]
+    names = [item["metadata"]["name"] for item in nodes]
+    result = plan.build_plan(names, nodes, "615.71.09", [1, "50%"], max_unavailable="50%")
+    assert result["blockers"] == []
+    assert [batch["nodes"] for batch in result["batches"]] == [
+        ["gpu-node-02", "gpu-node-03"], ["gpu-node-01", "gpu-node-04"]]
+
 # --------------------------------------------------------------------------- what the drains will meet
 
 def pod(name, node_name, labels=None, owner="ReplicaSet", empty_dir=False, namespace="ml"):
