@@ -22,7 +22,8 @@ import threading
 
 import pytest
 
-from conftest import VENV_BIN, start_lab, stop_lab
+from conftest import start_lab, stop_lab
+from gpulab.testkit.lab import VENV_BIN
 from gpuops_cli import collection_path, gpuops, records
 
 pytest.importorskip("ansible_runner")
