@@ -32,6 +32,20 @@ if grep -E "${forbidden}" "${work}/files.txt"; then
     exit 1
 fi
 
+step "version_added no later than the collection's version"
+python3 - "${repo}" <<'PY'
+import glob, os, re, sys
+repo = sys.argv[1]
+version = re.search(r"^version:\s*(\S+)", open(os.path.join(repo, "galaxy.yml")).read(), re.M).group(1)
+as_tuple = lambda text: tuple(int(part) for part in text.split("."))
+late = [(path, found) for path in sorted(glob.glob(os.path.join(repo, "plugins", "*", "*.py")))
+        for found in re.findall(r"^\s*version_added:\s*['\"]?([0-9.]+)", open(path).read(), re.M)
+        if as_tuple(found) > as_tuple(version)]
+for path, found in late:
+    print("release-check: %s says version_added %s, after the collection's %s" % (os.path.relpath(path, repo), found, version), file=sys.stderr)
+sys.exit(1 if late else 0)
+PY
+
 step "install into an empty collections path"
 ansible-galaxy collection install --no-deps -p "${ANSIBLE_COLLECTIONS_PATH}" "${tarball}" >/dev/null
 installed="${ANSIBLE_COLLECTIONS_PATH}/ansible_collections/gpuops/nvidia"

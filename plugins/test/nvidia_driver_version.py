@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: nvidia_driver_version
 short_description: Whether a value is an NVIDIA driver version
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - True for a string that is a full NVIDIA driver version, C(branch.minor[.patch]) with a branch from 100 to 9999
     and no leading zero (V(615.71.09), V(470.74)), and nothing else - no whitespace, ASCII digits only.

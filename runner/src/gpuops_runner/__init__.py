@@ -1,3 +1,3 @@
 """gpuops: the audited entry point of the gpuops.nvidia runbooks (see docs/runner.md)."""
 
-__version__ = "0.2.0"
+__version__ = "0.1.0"
