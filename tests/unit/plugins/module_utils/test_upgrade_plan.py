@@ -385,7 +385,6 @@ def test_a_node_left_cordoned_by_our_interrupted_run_is_resumed_not_blocked():
     assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-02"]]
 
 
-
 def test_every_node_an_interrupted_run_left_mid_way_goes_in_the_resumed_plans_first_batch():
     """Chaos seed 130: a batch of two killed mid-drain must not be split by the resume's canary size."""
     draining = json.dumps({"state": "draining", "from": "595.91.07", "to": "615.71.09", "run_id": "r"})
@@ -397,6 +396,7 @@ def test_every_node_an_interrupted_run_left_mid_way_goes_in_the_resumed_plans_fi
     assert result["blockers"] == []
     assert [batch["nodes"] for batch in result["batches"]] == [
         ["gpu-node-02", "gpu-node-03"], ["gpu-node-01", "gpu-node-04"]]
+
 
 # --------------------------------------------------------------------------- what the drains will meet
 
