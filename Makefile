@@ -67,6 +67,8 @@ lint: tree
 	$(BIN)/antsibull-changelog lint
 	$(BIN)/python hack/role_docs.py --check
 	$(BIN)/python hack/runbook_docs.py --check
+	@# the plugin and role docs and the docs site's own pages, as the Ansible docsite's linter reads them
+	cd $(COLLECTION_DIR) && PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(TREE) $(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 
 lab-test: tree
 	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \

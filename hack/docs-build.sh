@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make docs`: the docs site of gpuops.nvidia with antsibull-docs and Sphinx, offline. The plugin and role pages
 # come from the collection in COLLECTIONS_PATH (the `make tree` copy); the guides (docs/*.md) through the RST
-# pages of docs/docsite/rst/ listed in docs/docsite/extra-docs.yml, which include them with MyST. Fails on any
+# pages of docs/docsite/rst/ listed in docs/docsite/extra-docs.yml, which the site's copy makes include them (MyST). Fails on any
 # Sphinx warning but those of the intersphinx inventories, which are not reachable offline.
 #   usage: hack/docs-build.sh COLLECTIONS_PATH DEST [VENV_BIN]     HTML: DEST/build/html/index.html
 set -euo pipefail
@@ -16,6 +16,18 @@ done
 
 rm -rf "${dest}"
 mkdir -p -m 700 "${dest}"   # antsibull-docs writes only into a folder no one else can write to
+# The repository's guide pages (docs/docsite/rst/guide_*.rst) are short RST that antsibull-docs lint checks on
+# their own, where no include could resolve; the site is built from a copy of the collection in which each page,
+# below its label, includes its Markdown guide (copied by hack/docs-guides.py to rst/_guides).
+site_collections="${dest}/collections"
+mkdir -p "${site_collections}/ansible_collections/gpuops"
+cp -a "${collections}/ansible_collections/gpuops/nvidia" "${site_collections}/ansible_collections/gpuops/nvidia"
+for page in "${site_collections}"/ansible_collections/gpuops/nvidia/docs/docsite/rst/guide_*.rst; do
+    name=$(basename "${page}" .rst)
+    { head -n 1 "${page}"; printf '\n.. include:: /_guides/%s.md\n   :parser: myst_parser.sphinx_\n' "${name#guide_}"; } \
+        > "${page}.new" && mv "${page}.new" "${page}"
+done
+export ANSIBLE_COLLECTIONS_PATH="${site_collections}"
 antsibull-docs sphinx-init --use-current --squash-hierarchy --fail-on-error --dest-dir "${dest}" \
     --project gpuops.nvidia --copyright "gpuops.nvidia contributors" --title "gpuops.nvidia" gpuops.nvidia >/dev/null
 cat >> "${dest}/conf.py" <<'CONF'

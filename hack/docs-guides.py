@@ -32,7 +32,7 @@ def main(repo: str, dest: str) -> None:
     stubs = os.path.join(docs, "docsite", "rst")
     missing = sorted(name for name in guides if not os.path.exists(os.path.join(stubs, "guide_%s.rst" % name)))
     if missing:
-        sys.exit("docs/docsite/rst/ has no page for the guides %s (guide_NAME.rst including /_guides/NAME.md)"
+        sys.exit("docs/docsite/rst/ has no page for the guides %s (guide_NAME.rst: its label and title; the site includes docs/NAME.md there)"
                  % ", ".join(missing))
     os.makedirs(dest, exist_ok=True)
     for name in sorted(guides):
