@@ -51,8 +51,11 @@ def fleet(tmp_path_factory):
                                                          for index, (bad, _message) in enumerate(BAD_INPUTS)])
 def test_a_bad_input_is_refused_before_the_lock_any_record_or_any_cordon(fleet, tmp_path, bad, message):
     data_dir = str(tmp_path / "gpuops-data")
+    # gpuops passes -e as data, never templates: the runfile's path with the version written out
+    extra_vars = {name: value.replace("{{ nvidia_driver_version }}", NEW) if isinstance(value, str) else value
+                  for name, value in fleet.extra_vars(gpuops_driver_version=NEW).items()}
     done = gpuops("upgrade", "-i", os.path.join(fleet.lab.state_dir, "inventory.yml"), "-v",
-                  "-e", json.dumps(dict(fleet.extra_vars(gpuops_driver_version=NEW), **bad)),
+                  "-e", json.dumps(dict(extra_vars, **bad)),
                   "--apply", "--ticket", "CHG-1", "--confirm", "gpulab", "--data-dir", data_dir, timeout=300)
     output = done.stdout + done.stderr
     assert done.returncode == REFUSED, output[-4000:]

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import socket
+import sys
 
 from gpuops_runner import collection, exitcodes, extravars, inventory, options, process, progress, report, timeline
 
@@ -323,8 +324,8 @@ class RunbookRun:
             kept_events.append(kept)
             if not self.args.quiet:
                 line = progress.line_for(kept)
-                if line:
-                    self.out(line)
+                if line:    # on stderr: stdout holds the summary alone, for whoever reads or pipes it
+                    print(line, file=sys.stderr, flush=True)
             return True
 
         source = os.path.abspath(self.inventory) if os.path.exists(self.inventory) else self.inventory
