@@ -198,7 +198,7 @@ class CallbackModule(CallbackBase):
             return
         self._broken = str(error)
         self._display.error("gpuops.nvidia.audit: cannot write the audit trail %s (%s): stopping the run, nothing "
-                            "more may change unrecorded" % (self._log_path, error))
+                            "more may change unrecorded" % (self._log_path, error), wrap_text=False)
         _thread.interrupt_main()
 
     def _write(self, event, **fields):
