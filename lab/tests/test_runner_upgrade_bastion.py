@@ -80,6 +80,9 @@ def test_the_audit_trail_verifies_and_names_the_ticket_and_every_node_step_and_g
     trail = records(upgrade["audit_log"])
     start, end = next(record for record in trail if record["event"] == "run_start"), trail[-1]
     assert trail[0]["event"] == "runner_start" and trail[0]["ticket"] == TICKET
+    # the controller settings the run got, printed before it started and recorded (2 nodes: the floor of 5 forks)
+    assert trail[0]["controller"]["forks"] == "5" and trail[0]["controller"]["pipelining"] == "on"
+    assert "gpuops: controller: forks 5 (" in upgrade["done"].stderr
     assert start["ticket"] == TICKET and start["mode"] == "apply"
     assert "gpuops_confirm" in start["extra_vars"]["names"]
     assert end["event"] == "runner_end" and end["exit_code"] == 0 and end["cluster"] == "gpulab"

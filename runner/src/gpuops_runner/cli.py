@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from gpuops_runner import __version__, collection, exitcodes, options
+from gpuops_runner import __version__, collection, controller, exitcodes, options
 from gpuops_runner.runbook import RUNBOOKS, RunbookRun, TrailUnwritable
 
 DEFAULT_DATA_DIR = os.environ.get("GPUOPS_DATA_DIR", "~/.local/share/gpuops")
@@ -59,6 +59,9 @@ def add_runbook_parser(commands, name):
                                          "before anything runs")
     sub.add_argument("--keep-runs", type=options.positive_int, default=DEFAULT_KEEP_RUNS,
                      help="run folders kept under DATA_DIR/runs (default %(default)s)")
+    sub.add_argument("--forks-cap", type=options.positive_int, default=controller.FORKS_CAP_DEFAULT,
+                     help="most forks the run gets (default %(default)s): forks are the inventory's node count, at "
+                          "least 5 and at most this; ANSIBLE_FORKS set in the environment wins")
     sub.add_argument("--collections-path", help="folder holding ansible_collections/gpuops/nvidia (default: "
                                                 "where ansible finds collections: $ANSIBLE_COLLECTIONS_PATH, "
                                                 "collections_path of ansible.cfg, the defaults)")

@@ -15,7 +15,8 @@ import signal
 import socket
 import sys
 
-from gpuops_runner import collection, exitcodes, extravars, inventory, options, process, progress, report, timeline
+from gpuops_runner import (collection, controller, exitcodes, extravars, inventory, options, process, progress, report,
+                           timeline)
 
 Runbook = collections.namedtuple("Runbook", "playbook apply_allowed summary")
 RUNBOOKS = {
@@ -210,6 +211,7 @@ class RunbookRun:
         key = os.environ.get(self.events.HMAC_KEY_ENV)
         self.hmac_key = key.encode("utf-8") if key else None
         self.cluster = None
+        self.controller = None
         self.interrupted = None
 
     @property
@@ -263,6 +265,11 @@ class RunbookRun:
             listing = inventory.read_inventory(self.inventory, dict(os.environ, **env), self.vault_password_file)
         except inventory.InventoryError as error:
             raise Refused("-i/--inventory: %s" % error)
+        spec = os.path.join(collection.collection_root(self.collections_path), "playbooks", "specs",
+                            self.runbook.playbook + ".yml")
+        self.controller = controller.settings(len(inventory.nodes(listing)), spec, extra_vars,
+                                              forks_cap=self.args.forks_cap)
+        env.update(self.controller.env)
         try:
             self.cluster = inventory.the_cluster(listing)
         except inventory.InventoryError as error:
@@ -296,7 +303,10 @@ class RunbookRun:
             self._append("refused", reason=str(refusal), exit_code=exitcodes.REFUSED, cluster=self.cluster, **about)
             return self._finish(exitcodes.REFUSED)
         # the first line of the run, written before the playbook starts: proves the trail takes lines
-        self._append("runner_start", cluster=self.cluster, limit=self.limit, extra_vars=sorted(extra_vars), **about)
+        self._append("runner_start", cluster=self.cluster, limit=self.limit, extra_vars=sorted(extra_vars),
+                     controller=self.controller.as_record(), **about)
+        if not self.args.quiet:
+            self.err("gpuops: %s" % self.controller.line())
         return self._run(env, extra_vars)
 
     def _playbook_arguments(self):
