@@ -48,8 +48,8 @@ class Fleet:
     def ansible_env(self) -> dict:
         return dict(self.lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path())
 
-    def run(self, check=True, timeout=900, background=False, **overrides):
-        argv = ["ansible-playbook", "-i", os.path.join(self.lab.state_dir, "inventory.yml"),
+    def run(self, check=True, timeout=900, background=False, inventory=None, **overrides):
+        argv = ["ansible-playbook", "-i", inventory or os.path.join(self.lab.state_dir, "inventory.yml"),
                 "gpuops.nvidia.driver_upgrade", "-e", json.dumps(self.extra_vars(**overrides))]
         if background:
             return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
