@@ -108,6 +108,21 @@ def test_check_mode_reports_once_without_waiting(gpu_lab):
     assert time.monotonic() - started < 60       # did not wait for the 600 s timeout
 
 
+def test_gfd_labels_are_checked_against_the_gpus_nvml_sees_on_the_node(gpu_lab):
+    ssh = gpu_lab.ssh(REBOOTED, "nvidia-smi --query-gpu=name --format=csv,noheader")
+    nvml_names = ssh.stdout.strip().splitlines()
+    assert len(nvml_names) == 8, ssh.stdout + ssh.stderr
+    ok, result = run_module(gpu_lab, "gpu_allocatable_wait", {
+        "nodes": [REBOOTED], "nvml_gpu_names": {REBOOTED: nvml_names}, "stable_seconds": 0, "timeout": 30})
+    assert ok and result["nodes"][REBOOTED]["problems"] == [], result
+    # the node's GFD labels against another model's names (a GPU swap GFD has not seen): named, never satisfied
+    ok, result = run_module(gpu_lab, "gpu_allocatable_wait", {
+        "nodes": [REBOOTED], "nvml_gpu_names": {REBOOTED: ["NVIDIA A100-SXM4-80GB"] * 8}, "stable_seconds": 0,
+        "timeout": 3})
+    assert not ok and [row["code"] for row in result["diagnosis"]] == ["gfd_label_mismatch"], result
+    assert "but NVML on the node sees 'NVIDIA-A100-SXM4-80GB'" in result["msg"]
+
+
 def test_a_node_back_with_fewer_gpus_is_diagnosed_as_an_unhealthy_gpu(gpu_lab):
     before = read_node(gpu_lab, XID)["status"]["nodeInfo"]["bootID"]
     gpu_lab.gpulab("fault", XID, "xid:79:3")

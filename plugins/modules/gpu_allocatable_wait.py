@@ -59,6 +59,16 @@ options:
         label C(nvidia.com/cuda.driver-version.full) with value C(615.71.09).
     type: dict
     default: {}
+  nvml_gpu_names:
+    description:
+      - Node name to the product names of its GPUs as NVML reports them on the node, one per GPU (for example
+        C(ansible_facts.nvidia_driver.gpus | map(attribute='name')) of M(gpuops.nvidia.nvidia_driver_facts)).
+      - Such a node is back only once GPU Feature Discovery's labels agree with them - C(nvidia.com/gpu.product)
+        is the product name with its words joined by C(-) (a C(-MIG-...) or C(-SHARED) suffix allowed) and
+        C(nvidia.com/gpu.count) the number of GPUs (not checked with the MIG single strategy, where it counts MIG
+        devices). Every key must be one of O(nodes).
+    type: dict
+    default: {}
   boot_id_changed_from:
     description:
       - Node name to the C(status.nodeInfo.bootID) recorded before the reboot. Such a node is back only once its
@@ -249,9 +259,13 @@ def validate(module):
     params = module.params
     if not params['nodes'] or any(not name for name in params['nodes']):
         module.fail_json(msg='nodes: give at least one node name (no empty names)')
-    unknown = sorted(set(params['boot_id_changed_from']) - set(params['nodes']))
-    if unknown:
-        module.fail_json(msg='boot_id_changed_from: %s not in nodes' % ', '.join(unknown))
+    for option in ('boot_id_changed_from', 'nvml_gpu_names'):
+        unknown = sorted(set(params[option]) - set(params['nodes']))
+        if unknown:
+            module.fail_json(msg='%s: %s not in nodes' % (option, ', '.join(unknown)))
+    for name, gpu_names in params['nvml_gpu_names'].items():
+        if not isinstance(gpu_names, list) or any(not isinstance(one, str) or not one.strip() for one in gpu_names):
+            module.fail_json(msg='nvml_gpu_names: %s must map to a list of GPU product names' % name)
     if params['count'] is not None and params['count'] < 1:
         module.fail_json(msg='count must be at least 1, got %d' % params['count'])
     if params['stable_seconds'] < 0 or params['timeout'] < 1:
@@ -270,6 +284,7 @@ def main():
         count=dict(type='int'),
         labels=dict(type='dict', default={}),
         boot_id_changed_from=dict(type='dict', default={}),
+        nvml_gpu_names=dict(type='dict', default={}),
         require_ready=dict(type='bool', default=True),
         stable_seconds=dict(type='int', default=10),
         timeout=dict(type='int', default=600),

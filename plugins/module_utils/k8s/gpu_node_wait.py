@@ -40,7 +40,8 @@ class GpuNodeWait:
         for name in self.names:
             expectation = dict(resource=params['resource'], count=params['count'], labels=params['labels'],
                                boot_id_before=params['boot_id_changed_from'].get(name),
-                               require_ready=params['require_ready'])
+                               require_ready=params['require_ready'],
+                               nvml_gpu_names=(params.get('nvml_gpu_names') or {}).get(name))
             self.trackers[name] = NodeTracker(name, expectation, params['stable_seconds'])
         self.objects = {'nodes': {}, 'resourceslices': {}}
 

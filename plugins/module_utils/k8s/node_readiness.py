@@ -32,6 +32,7 @@ PROBLEM_ORDER = (
     'stale_device_plugin',   # capacity present, allocatable 0: the plugin did not register again
     'fewer_devices',         # fewer devices than expected: an unhealthy GPU
     'label_mismatch',        # a required label is absent or has another value
+    'gfd_label_mismatch',    # GPU Feature Discovery's product or count label disagrees with NVML on the node
     'not_stable',            # every check passes, not yet for stable_seconds
 )
 
@@ -142,6 +143,7 @@ def check_node(node, expectation, now, dra_devices=None, old_boot_seen_at=None):
                                  'kubelet of the new boot to report Ready' % (state['ready_since'] or 'unknown')))
     problems.extend(_device_problems(node, expectation, dra_devices, state))
     problems.extend(_label_problems(node, expectation.get('labels') or {}, state))
+    problems.extend(gfd_label_problems(node, expectation.get('nvml_gpu_names')))
     problems.sort(key=lambda problem: _rank(problem['code']))
     return state
 
@@ -181,6 +183,39 @@ def _label_problems(node, wanted, state):
     state['labels_matched'] = not mismatches
     return [_problem('label_mismatch', 'label %s is %s, expected %s' % (
         key, 'absent' if shown is None else repr(shown), repr(str(wanted[key])))) for key, shown in mismatches.items()]
+
+
+GFD_PRODUCT_LABEL = 'nvidia.com/gpu.product'
+GFD_COUNT_LABEL = 'nvidia.com/gpu.count'
+
+
+def gfd_product_name(nvml_name):
+    """GPU Feature Discovery's product label of an NVML product name: its words joined by '-'
+    (C(NVIDIA H100 80GB HBM3) -> C(NVIDIA-H100-80GB-HBM3))."""
+    return '-'.join(nvml_name.split())
+
+
+def gfd_label_problems(node, nvml_gpu_names):
+    """Do GFD's product and count labels describe the GPUs NVML sees on the node (``nvml_gpu_names``: one
+    product name per physical GPU, from nvidia_driver_facts)? A stale label after a GPU swap or a driver change
+    misleads every scheduler decision that selects on it. GFD may suffix the product (C(-MIG-1g.10gb) with the
+    MIG single strategy, C(-SHARED) with sharing); with the MIG single strategy the count is of MIG devices,
+    so only the product prefix is checked then. Nodes of mixed GPU models get the count check alone."""
+    if not nvml_gpu_names:
+        return []
+    labels = (node.get('metadata') or {}).get('labels') or {}
+    product, count = labels.get(GFD_PRODUCT_LABEL), labels.get(GFD_COUNT_LABEL)
+    problems = []
+    names = sorted(set(gfd_product_name(name) for name in nvml_gpu_names))
+    if len(names) == 1 and (product is None or not (product == names[0] or product.startswith(names[0] + '-'))):
+        problems.append(_problem('gfd_label_mismatch', 'label %s is %s, but NVML on the node sees %s: GPU Feature '
+                                 'Discovery has not relabelled the node (is its pod running there?)' % (
+                                     GFD_PRODUCT_LABEL, 'absent' if product is None else repr(product),
+                                     repr(names[0]))))
+    if '-MIG-' not in (product or '') and count != str(len(nvml_gpu_names)):
+        problems.append(_problem('gfd_label_mismatch', 'label %s is %s, but NVML on the node sees %d GPUs' % (
+            GFD_COUNT_LABEL, 'absent' if count is None else repr(count), len(nvml_gpu_names))))
+    return problems
 
 
 def _problem(code, message):

@@ -12,7 +12,7 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_micro_time, format_time, parse_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import (
-    NodeTracker, check_node, diagnosis, dra_api_version, dra_gpu_count, summary)
+    NodeTracker, check_node, diagnosis, dra_api_version, dra_gpu_count, gfd_label_problems, gfd_product_name, summary)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "k8s")
 
@@ -198,3 +198,66 @@ def test_dra_version_prefers_ga():
     assert dra_api_version(["v1beta1", "v1beta2"]) == "v1beta2"
     assert dra_api_version(["v1beta1"]) == "v1beta1"
     assert dra_api_version(["v1alpha3"]) is None
+
+
+# ------------------------------------------------------------------ GFD's product and count labels against NVML
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def with_labels(node, **labels):
+    node = copy.deepcopy(node)
+    node["metadata"]["labels"].update(labels)
+    for key in [key for key, value in node["metadata"]["labels"].items() if value is None]:
+        del node["metadata"]["labels"][key]
+    return node
+
+
+def gfd_problems(node, names):
+    return [problem["message"] for problem in gfd_label_problems(node, names)]
+
+
+def test_gfd_product_name_joins_the_nvml_words_with_dashes():
+    assert gfd_product_name(H100) == "NVIDIA-H100-80GB-HBM3"
+    assert gfd_product_name("  Tesla  V100-SXM2-16GB ") == "Tesla-V100-SXM2-16GB"
+
+
+def test_labels_that_agree_with_nvml_raise_nothing_and_the_node_is_back():
+    assert gfd_problems(TWIN_NODE, [H100] * 8) == []
+    state = check_node(TWIN_NODE, expectation(nvml_gpu_names=[H100] * 8), LATER)
+    assert codes(state) == []
+
+
+def test_a_product_label_left_from_another_gpu_model_is_named_with_what_nvml_sees():
+    stale = with_labels(TWIN_NODE, **{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
+    assert gfd_problems(stale, [H100] * 8) == [
+        "label nvidia.com/gpu.product is 'NVIDIA-A100-SXM4-80GB', but NVML on the node sees 'NVIDIA-H100-80GB-HBM3': "
+        "GPU Feature Discovery has not relabelled the node (is its pod running there?)"]
+    assert codes(check_node(stale, expectation(nvml_gpu_names=[H100] * 8), LATER)) == ["gfd_label_mismatch"]
+
+
+def test_a_count_label_that_misses_a_gpu_nvml_sees_or_absent_labels_fail():
+    assert gfd_problems(TWIN_NODE, [H100] * 7) == [
+        "label nvidia.com/gpu.count is '8', but NVML on the node sees 7 GPUs"]
+    bare = with_labels(TWIN_NODE, **{"nvidia.com/gpu.product": None, "nvidia.com/gpu.count": None})
+    assert [message.split(",")[0] for message in gfd_problems(bare, [H100] * 8)] == [
+        "label nvidia.com/gpu.product is absent", "label nvidia.com/gpu.count is absent"]
+
+
+def test_gfd_suffixes_for_mig_and_sharing_are_accepted_and_the_mig_single_count_is_not_checked():
+    # GFD README: the MIG single strategy labels the MIG profile's product and counts MIG devices
+    mig_single = with_labels(TWIN_NODE, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+                                           "nvidia.com/gpu.count": "56"})
+    assert gfd_problems(mig_single, [H100] * 8) == []
+    shared = with_labels(TWIN_NODE, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"})
+    assert gfd_problems(shared, [H100] * 8) == []
+    # a longer model name is not a suffix of the expected one
+    longer = with_labels(TWIN_NODE, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3e"})
+    assert len(gfd_problems(longer, [H100] * 8)) == 1
+
+
+def test_mixed_models_get_the_count_check_alone_and_no_names_means_no_check():
+    assert gfd_problems(TWIN_NODE, [H100] * 4 + ["NVIDIA L40S"] * 4) == []
+    assert gfd_problems(TWIN_NODE, [H100] * 4 + ["NVIDIA L40S"] * 3) == [
+        "label nvidia.com/gpu.count is '8', but NVML on the node sees 7 GPUs"]
+    assert gfd_problems(TWIN_NODE, []) == [] and gfd_problems(TWIN_NODE, None) == []
