@@ -118,7 +118,10 @@ class Injector:
         if done.returncode == 0:
             return {"how": "acquired"}
         now = time.time()
-        patch = {"spec": {"holderIdentity": OTHER_HOLDER, "acquireTime": utc_micro(now), "renewTime": utc_micro(now),
+        # the peer takes the Lease as its own: our run's token hash goes too (else nobody could release it, chaos
+        # seed 212: the harness's own release was refused for want of our token and left the lock held)
+        patch = {"metadata": {"annotations": {"gpuops.nvidia/holder-token-sha256": None}},
+                 "spec": {"holderIdentity": OTHER_HOLDER, "acquireTime": utc_micro(now), "renewTime": utc_micro(now),
                           "leaseDurationSeconds": 600}}
         stole = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "-n", LOCK_NAMESPACE, "patch", "lease",
                                 LOCK_NAME, "--type", "merge", "-p", json.dumps(patch)],
@@ -126,7 +129,10 @@ class Injector:
         return {"how": "overwritten", "rc": stole.returncode}
 
     def _release_lock(self) -> None:
-        self._lock_module({"state": "released", "holder": OTHER_HOLDER})
+        done = self._lock_module({"state": "released", "holder": OTHER_HOLDER})
+        if done.returncode != 0:
+            print("chaos: the other holder's lock was not released: %s" % (done.stdout + done.stderr)[-500:],
+                  file=sys.stderr)
         self.lock_taken = False
 
     def _lock_module(self, args: dict) -> subprocess.CompletedProcess:
