@@ -71,6 +71,32 @@ def test_reboot_then_wait_returns_when_back_with_a_new_boot_and_a_fresh_ready(gp
     assert watch_requests(gpu_lab.state_dir, since) == 1
 
 
+def test_watches_the_api_server_closes_early_are_opened_again_and_the_reboot_is_still_seen(gpu_lab):
+    """Chaos fault "a watch closed early" (issue 23): the API twin ends the module's first three node watches
+    after 1 s each, cleanly, as kube-apiserver does at its watch timeout or a restart; the wait watches again from
+    where it was and still sees the reboot, without a false success on the old boot."""
+    import json
+    rules = os.path.join(gpu_lab.state_dir, "api-faults.json")
+    before = read_node(gpu_lab, REBOOTED)["status"]["nodeInfo"]["bootID"]
+    since = time.time()
+    with open(rules, "w") as stream:
+        json.dump([{"path": "^/api/v1/(watch/)?nodes", "close_watch_after_s": 1, "count": 3}], stream)
+    try:
+        waiting = start_module(gpu_lab, "gpu_allocatable_wait", {
+            "nodes": [REBOOTED], "boot_id_changed_from": {REBOOTED: before}, "count": 8, "stable_seconds": 1,
+            "timeout": 90})
+        wait_listed(gpu_lab.state_dir, since, "gpuops.nvidia")
+        time.sleep(2.5)                          # the first watches are cut before the node even goes down
+        new_boot = gpu_lab.reboot_from_inside(REBOOTED)
+        ok, result = finish(waiting)
+    finally:
+        os.unlink(rules)
+    assert ok, result
+    node = result["nodes"][REBOOTED]
+    assert node["rebooted"] is True and node["boot_id"] == new_boot != before
+    assert result["watches_opened"] >= 2, result
+
+
 def test_a_node_that_never_rebooted_is_not_back(gpu_lab):
     current = read_node(gpu_lab, REBOOTED)["status"]["nodeInfo"]["bootID"]
     ok, result = run_module(gpu_lab, "gpu_allocatable_wait", {

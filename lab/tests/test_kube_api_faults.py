@@ -84,3 +84,21 @@ def test_a_hung_request_is_held_then_served_and_a_new_file_starts_the_counts_aga
     assert call(server, "/api/v1/nodes")[0] == 503
     rules.unlink()
     assert call(server, "/api/v1/nodes")[0] == 200
+
+
+def watch_lasts(server, path):
+    """Seconds until the server ends a watch stream (read to its end)."""
+    context = ssl.create_default_context(cadata=server.ca_pem)
+    request = urllib.request.Request(server.url + path, headers={"Authorization": "Bearer " + server.token})
+    started = time.monotonic()
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        response.read()
+    return time.monotonic() - started
+
+
+def test_a_watch_closed_early_ends_its_stream_cleanly_and_only_watches_take_the_rule(api):
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/(watch/)?nodes", "close_watch_after_s": 1, "count": 1}]))
+    assert call(server, "/api/v1/nodes")[0] == 200                # a list is served and leaves the rule alone
+    assert watch_lasts(server, "/api/v1/nodes?watch=true&timeoutSeconds=6") < 4      # closed after ~1 s
+    assert watch_lasts(server, "/api/v1/watch/nodes?timeoutSeconds=3") >= 2.5        # the count is spent

@@ -129,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
             if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            self._injected_fault(split.path)
+            self._injected_fault(split.path, split.query)
             self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
             self._send_error(error)
@@ -146,12 +146,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
-    def _injected_fault(self, path: str) -> None:
-        """A fault of ``faults.py`` for this request: held, then answered with its error (or served)."""
-        taken = self.api.faults.take(self.command, path) if self.api.faults is not None else None
+    def _injected_fault(self, path: str, query: str) -> None:
+        """A fault of ``faults.py`` for this request: held, then answered with its error (or served); a watch
+        may be given an early end (``self._close_watch_after_s``)."""
+        self._close_watch_after_s = None
+        if self.api.faults is None:
+            return
+        watch = "/watch/" in path or is_true(query_value(parse_qs(query, keep_blank_values=True), "watch"))
+        taken = self.api.faults.take(self.command, path, watch)
         if taken is None:
             return
-        hang_s, error = taken
+        hang_s, error, self._close_watch_after_s = taken
         if hang_s:
             time.sleep(hang_s)
         if error is not None:
@@ -296,6 +301,8 @@ class _Handler(BaseHTTPRequestHandler):
         resource_version = query_value(query, "resourceVersion")
         send_initial = is_true(query_value(query, "sendInitialEvents"))
         timeout_s = int_param(query, "timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S
+        if getattr(self, "_close_watch_after_s", None) is not None:
+            timeout_s = min(timeout_s, self._close_watch_after_s)     # an injected early end (faults.py)
         bookmarks = is_true(query_value(query, "allowWatchBookmarks"))
         as_table = self._wants_table()
         self._include_object = query_value(query, "includeObject", "PartialObjectMetadata")
