@@ -64,9 +64,9 @@ def slope_per_hour(points):
     n = len(points)
     if n < 2:
         return 0.0
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
+    mean_t = sum(point[0] for point in points) / n
+    mean_v = sum(point[1] for point in points) / n
+    var = sum((point[0] - mean_t) ** 2 for point in points)
     if var == 0:
         return 0.0
     cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
