@@ -14,8 +14,8 @@ description:
     dcgm-exporter adds when its Kubernetes pod mapping is on - over O(window) from Prometheus' C(/api/v1/query_range)
     with one sample every O(step), and names each container whose use grows steadily - the seed runbook's case 5.
   - "A series is a leak when all three hold: its least-squares slope is at least O(min_slope_mib_per_hour), at
-    least O(min_monotonic_share) of the steps between samples do not go down (an allocator cache that grows and is
-    freed again fails this), and the last sample is at least O(min_growth_mib) above the first."
+    least O(min_monotonic_share) of the steps between samples that change go up (an allocator cache that grows
+    and is freed again fails this), and the last sample is at least O(min_growth_mib) above the first."
   - Each finding carries the per-container limit option that fits how the GPU is shared (O(sharing)) - CUDA MPS'
     C(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), a MIG slice, or none for time-slicing, which isolates no memory.
   - Reads only; fails closed on an unreachable Prometheus or an answer that is not a range vector.
@@ -50,7 +50,7 @@ options:
     type: float
     default: 100
   min_monotonic_share:
-    description: The share (0 to 1) of steps between samples that must not go down.
+    description: The share (0 to 1) of the steps between samples that change which must go up.
     type: float
     default: 0.8
   min_growth_mib:

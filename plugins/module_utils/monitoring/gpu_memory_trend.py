@@ -7,7 +7,7 @@
 ``range_query(window, metric)`` is the PromQL to run over ``/api/v1/query_range``; ``parse_matrix(data)`` turns the
 answer's ``matrix`` into series; ``leak_findings(series, ...)`` names the pods whose framebuffer use
 (``DCGM_FI_DEV_FB_USED``, MiB, labelled by dcgm-exporter with pod/namespace/container when its Kubernetes mapping
-is on) grows steadily: a least-squares slope above ``min_slope`` MiB/h, a share of rising steps of at least
+is on) grows steadily: a least-squares slope above ``min_slope`` MiB/h, a share of rising steps (among those that change) of at least
 ``min_monotonic`` and a growth (last minus first) of at least ``min_growth`` MiB.
 """
 
@@ -74,12 +74,13 @@ def slope_per_hour(points):
 
 
 def monotonic_share(points):
-    """Share of the steps between consecutive samples that do not go down (a flat step counts as not down),
-    among the steps that change or stay: 1.0 for a series that never falls."""
-    steps = [b[1] - a[1] for a, b in zip(points, points[1:])]
+    """Share of the steps between consecutive samples that go up, among those that change (a flat step - the same
+    scrape read twice, a plateau between allocations - says nothing either way): 1.0 for a series that never
+    falls, 0.0 for one that never changes."""
+    steps = [b[1] - a[1] for a, b in zip(points, points[1:]) if b[1] != a[1]]
     if not steps:
         return 0.0
-    return sum(1 for step in steps if step >= 0) / float(len(steps))
+    return sum(1 for step in steps if step > 0) / float(len(steps))
 
 
 def sharing_of(labels, sharing):

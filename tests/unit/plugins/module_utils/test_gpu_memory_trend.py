@@ -60,6 +60,9 @@ def test_least_squares_slope_and_monotonic_share():
     assert gt.monotonic_share(line) == 1.0
     assert gt.monotonic_share([(0, 1), (1, 2), (2, 1), (3, 3)]) == pytest.approx(2 / 3.0)
     assert gt.slope_per_hour(line[:1]) == 0.0
+    # flat steps (a scrape read twice, a plateau) are neither up nor down
+    assert gt.monotonic_share([(0, 1), (1, 1), (2, 2), (3, 2), (4, 3)]) == 1.0
+    assert gt.monotonic_share([(0, 5), (1, 5)]) == 0.0
 
 
 def test_only_the_steady_leak_is_named():
