@@ -1,4 +1,8 @@
-"""Case 5 of diagnose's workloads step through real `ansible` against a real `prometheus` on loopback: a pod whose
+"""Case 2 of diagnose's workloads step against the API twin over HTTPS: a pod running the NGC PyTorch image with
+no GPU limit and a pod setting NVIDIA_VISIBLE_DEVICES=all are named by gpuops.nvidia.gpu_workload_report, the pod
+with a limit and the device plugin's own pod are not, and a node served by the device plugin and a
+gpu.nvidia.com ResourceSlice both is named.
+Case 5 through real `ansible` against a real `prometheus` on loopback: a pod whose
 DCGM_FI_DEV_FB_USED climbs at every scrape is named by gpuops.nvidia.gpu_memory_leak_report, with the MPS limit as
 its fix on an MPS node; a pod whose memory goes up and down (an allocator cache) and an idle pod are not.
 """
@@ -15,7 +19,7 @@ import pytest
 from conftest import collections_path
 from prometheus_harness import PROMETHEUS, MetricsEndpoint, PrometheusServer, dcgm_labels
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)")
+NO_PROMETHEUS = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)")
 
 NODE = "gpu-node-01"
 
@@ -24,6 +28,48 @@ def pod_labels(gpu, pod):
     labels = dcgm_labels(NODE, gpu)
     labels.update({"namespace": "ml", "pod": pod, "container": "main"})
     return labels
+
+
+def pod(name, image, limits=None, env=None, namespace="ml", node="gpu-node-1"):
+    container = {"name": "main", "image": image, "resources": {"limits": limits or {}}, "env": env or []}
+    return {"metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node, "containers": [container]}, "status": {"phase": "Running"}}
+
+
+def test_cuda_pods_without_a_gpu_limit_and_a_node_served_twice_are_named(tmp_path):
+    pytest.importorskip("kubernetes")
+    from gpulab.kube.api.kubeconfig import write_kubeconfig
+    from gpulab.kube.api.server import ApiServer
+    from gpulab.kube.api.store import Store
+
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "ml"}})
+    for name in ("gpu-node-1", "gpu-node-2"):
+        store.create("nodes", {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}}, "spec": {},
+                               "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}})
+    store.create("resourceslices", {"metadata": {"name": "gpu-node-2-gpu.nvidia.com-abcde"},
+                                    "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-2",
+                                             "pool": {"name": "gpu-node-2", "generation": 1, "resourceSliceCount": 1},
+                                             "devices": [{"name": "gpu-%d" % i} for i in range(8)]}})
+    store.create("pods", pod("trainer-0", "nvcr.io/nvidia/pytorch:24.05-py3"))
+    store.create("pods", pod("notebook", "quay.io/jupyter/scipy-notebook:2024-05-27",
+                             env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
+    store.create("pods", pod("vectoradd", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+                             limits={"nvidia.com/gpu": "1"}))
+    store.create("pods", pod("nvidia-device-plugin-daemonset-x7k2p", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+                             env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], namespace="kube-system"))
+    server = ApiServer(store, "127.0.0.1", 0, str(tmp_path / "ca")).start()
+    try:
+        kubeconfig = write_kubeconfig(str(tmp_path / "kubeconfig"), server.url, server.ca_pem, server.token)
+        result = run_module("gpuops.nvidia.gpu_workload_report", kubeconfig=kubeconfig)
+    finally:
+        server.stop()
+    assert result["rc"] == 0, result
+    assert sorted((found["namespace"], found["pod"]) for found in result["pods"]) == [
+        ("ml", "notebook"), ("ml", "trainer-0")]
+    assert all(found["severity"] == "error" and "nvidia.com/gpu" in found["remedy"] for found in result["pods"])
+    assert [(found["node"], found["dra_devices"]) for found in result["nodes"]] == [("gpu-node-2", 8)]
+    assert result["api"]["lists"] == ["pods", "nodes", "resourceslices"]
 
 
 def run_module(name, timeout=120, **args) -> dict:
@@ -41,6 +87,7 @@ def run_module(name, timeout=120, **args) -> dict:
     return result
 
 
+@NO_PROMETHEUS
 def test_a_leaking_pod_is_named_and_the_others_are_not(tmp_path):
     endpoint = MetricsEndpoint()
     prometheus = None
