@@ -1,4 +1,6 @@
-"""Case 2 of diagnose's workloads step against the API twin over HTTPS: a pod running the NGC PyTorch image with
+"""The diagnose runbook over a one-node twin (real ansible-playbook, SSH, HTTPS to the API twin) names a pod that
+runs a CUDA image without a GPU limit in its workload findings, with the fix.
+Case 2 of diagnose's workloads step against the API twin over HTTPS: a pod running the NGC PyTorch image with
 no GPU limit and a pod setting NVIDIA_VISIBLE_DEVICES=all are named by gpuops.nvidia.gpu_workload_report, the pod
 with a limit and the device plugin's own pod are not, and a node served by the device plugin and a
 gpu.nvidia.com ResourceSlice both is named.
@@ -70,6 +72,39 @@ def test_cuda_pods_without_a_gpu_limit_and_a_node_served_twice_are_named(tmp_pat
     assert all(found["severity"] == "error" and "nvidia.com/gpu" in found["remedy"] for found in result["pods"])
     assert [(found["node"], found["dra_devices"]) for found in result["nodes"]] == [("gpu-node-2", 8)]
     assert result["api"]["lists"] == ["pods", "nodes", "resourceslices"]
+
+
+WORKLOADS_TASK = "Show the workload findings (cases 2 and 5) with their fix"
+
+
+def test_diagnose_names_a_cuda_pod_without_a_gpu_limit(tmp_path):
+    ansible_runner = pytest.importorskip("ansible_runner")
+    kubernetes = pytest.importorskip("kubernetes")
+    from conftest import REPO_DIR, start_lab, stop_lab
+    from gpulab.testkit.modules import kube_client
+
+    lab = start_lab(str(tmp_path / "state"), "--nodes", "1", "--driver", "550.54.15", "--boot-delay", "0.3")
+    try:
+        core = kubernetes.client.CoreV1Api(kube_client(lab))
+        core.create_namespaced_pod("default", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0"},
+            "spec": {"nodeName": lab.node_names[0], "restartPolicy": "Never",
+                     "containers": [{"name": "pytorch", "image": "nvcr.io/nvidia/pytorch:24.05-py3"}]}})
+        (tmp_path / "run").mkdir()
+        result = ansible_runner.run(
+            private_data_dir=str(tmp_path / "run"), playbook=os.path.join(REPO_DIR, "playbooks", "diagnose.yml"),
+            inventory=os.path.join(lab.state_dir, "inventory.yml"), quiet=True,
+            envvars={"ANSIBLE_COLLECTIONS_PATH": collections_path() or "",
+                     "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+        shown = [event["event_data"]["res"]["msg"] for event in result.events
+                 if event.get("event") == "runner_on_ok" and event["event_data"].get("task") == WORKLOADS_TASK]
+    finally:
+        stop_lab(lab)
+    assert result.rc == 0
+    (msg,) = shown
+    assert [line for line in msg["pods_without_gpu_limit"] if "default/trainer-0" in line], msg
+    assert any("nvidia.com/gpu" in fix for fix in msg["fixes"])
+    assert msg["vram_leaks"] == []
 
 
 def run_module(name, timeout=120, **args) -> dict:
