@@ -207,3 +207,13 @@ def test_containerd_2x_reads_the_rendered_version_3_drop_in():
     assert cri["containerd"]["runtimes"]["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
     # The images settings moved to their own plugin in version 3; the drop-in does not touch them.
     assert "io.containerd.cri.v1.images" in dump["plugins"]
+
+
+def test_version_3_drop_in_has_no_keys_containerd_2x_ignores():
+    """containerd 2.1.9 logged 'Ignoring unknown key' for runtime_engine/runtime_root in a version 3 drop-in."""
+    drop_in = cc.render_drop_in({}, 3, NVIDIA_2X, True, True)
+    for name, _binary in NVIDIA_2X:
+        runtime = drop_in["plugins"][cc.CRI_PLUGIN_V3]["containerd"]["runtimes"][name]
+        assert "runtime_engine" not in runtime and "runtime_root" not in runtime
+    version_2 = cc.render_drop_in({}, 2, NVIDIA_2X, True, True)
+    assert version_2["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]["nvidia"]["runtime_engine"] == ""
