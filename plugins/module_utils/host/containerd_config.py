@@ -129,6 +129,12 @@ def render_drop_in(main_config, config_version, runtimes, set_as_default=False, 
     cri = copy.deepcopy(source)
     for index, (name, binary) in enumerate(runtimes):
         add_runtime(cri, name, binary, set_as_default and index == 0)
+        if config_version >= 3:
+            # Version 3 has no runtime_engine/runtime_root: containerd 2.1.9 logs 'Ignoring unknown key' for them
+            # (recorded with the real binary); drop the empty ones the new-runtime fallback adds.
+            for key in ("runtime_engine", "runtime_root"):
+                if _runtimes_table(cri)[name].get(key) == "":
+                    del _runtimes_table(cri)[name][key]
     if enable_cdi:
         cri["enable_cdi"] = True
     if cdi_spec_dirs:

@@ -181,3 +181,39 @@ def test_runtime_problems_read_a_real_dump():
                         "default_runtime_name is not nvidia"]
     merged = cc.render_drop_in(dump, 2, [("nvidia", "/usr/bin/nvidia-container-runtime")], True, True)
     assert cc.runtime_problems(merged, 2, [("nvidia", "/usr/bin/nvidia-container-runtime")], True, True) == []
+
+
+NVIDIA_2X = [("nvidia", "/usr/bin/nvidia-container-runtime"), ("nvidia-cdi", "/usr/bin/nvidia-container-runtime.cdi")]
+
+
+def test_containerd_2x_default_dump_lacks_the_nvidia_runtimes_and_cdi_is_on_by_default():
+    dump = _toml.loads(fixture("containerd-2.1.9_debian-sid_default_config-dump.toml"))
+    assert dump["version"] == 3
+    assert cc.choose_config_version(cc.parse_containerd_version(
+        "containerd github.com/containerd/containerd/v2 2.1.9+unknown"), {}) == 3
+    # containerd 2.x enables CDI by default (it was opt-in on 1.7): only the runtimes and the default are missing.
+    assert cc.runtime_problems(dump, 3, NVIDIA_2X, True, True) == [
+        "runtime nvidia: BinaryName is None, expected '/usr/bin/nvidia-container-runtime'",
+        "runtime nvidia-cdi: BinaryName is None, expected '/usr/bin/nvidia-container-runtime.cdi'",
+        "default_runtime_name is not nvidia"]
+
+
+def test_containerd_2x_reads_the_rendered_version_3_drop_in():
+    """The drop-in render_drop_in() writes for 2.1.9, as the real binary's `config dump` shows it merged."""
+    dump = _toml.loads(fixture("containerd-2.1.9_debian-sid_nvidia-drop-in_config-dump.toml"))
+    assert cc.runtime_problems(dump, 3, NVIDIA_2X, True, True) == []
+    cri = dump["plugins"][cc.CRI_PLUGIN_V3]
+    assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    assert cri["containerd"]["runtimes"]["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    # The images settings moved to their own plugin in version 3; the drop-in does not touch them.
+    assert "io.containerd.cri.v1.images" in dump["plugins"]
+
+
+def test_version_3_drop_in_has_no_keys_containerd_2x_ignores():
+    """containerd 2.1.9 logged 'Ignoring unknown key' for runtime_engine/runtime_root in a version 3 drop-in."""
+    drop_in = cc.render_drop_in({}, 3, NVIDIA_2X, True, True)
+    for name, _binary in NVIDIA_2X:
+        runtime = drop_in["plugins"][cc.CRI_PLUGIN_V3]["containerd"]["runtimes"][name]
+        assert "runtime_engine" not in runtime and "runtime_root" not in runtime
+    version_2 = cc.render_drop_in({}, 2, NVIDIA_2X, True, True)
+    assert version_2["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]["nvidia"]["runtime_engine"] == ""
