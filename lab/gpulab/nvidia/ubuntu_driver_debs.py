@@ -13,7 +13,8 @@ Every dependency between them is exact (`(= <version>-0ubuntu1)`), so apt instal
 release or nothing. The payloads are the runfile path's (`installer`, `kmodbuild`): the same stub driver, the
 postinst of the dkms package builds the module with the node's real `dkms` (and signs it where the node's DKMS is
 set up to sign, `/var/lib/shim-signed/mok/` on Ubuntu). Built with the real `dpkg-deb`; `debs.index_flat_repo`
-indexes them.
+indexes them; `build_cuda_repo` lays them out and signs them as NVIDIA's mirror tree does
+(`compute/cuda/repos/ubuntu2204/x86_64/` with its `Release`, `InRelease`, `Release.gpg` and the repository key file).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import os
 from gpulab.nvidia import debs
 
 REVISION = "0ubuntu1"
+CUDA_REPO_DIR = "compute/cuda/repos/ubuntu2204/x86_64"
+CUDA_KEY_NAME = "3bf863cc.pub"
 
 
 def branch_of(version: str) -> str:
@@ -101,3 +104,14 @@ def build_repo(repo_dir: str, versions: list) -> dict:
         paths += build_packages(repo_dir, version)
     debs.index_flat_repo(repo_dir, "gpulab NVIDIA CUDA repository (ubuntu2204) stub")
     return {"dir": repo_dir, "debs": paths}
+
+
+def build_cuda_repo(mirror_dir: str, key, versions: list) -> dict:
+    """NVIDIA's CUDA repository for Ubuntu 22.04 under `mirror_dir`, signed with `key` (an `nvrepos.SigningKey`),
+    its public key beside the packages as NVIDIA publishes it; returns {"dir", "debs", "key"}. A node uses it with
+    `deb [signed-by=<the key, dearmored>] <url>/compute/cuda/repos/ubuntu2204/x86_64/ /`."""
+    repo = build_repo(os.path.join(mirror_dir, CUDA_REPO_DIR), versions)
+    key.sign_flat_repo(repo["dir"])
+    repo["key"] = os.path.join(repo["dir"], CUDA_KEY_NAME)
+    key.export(repo["key"])
+    return repo
