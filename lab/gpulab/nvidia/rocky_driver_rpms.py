@@ -17,6 +17,7 @@ from gpulab.nvidia import debs, rpms
 RELEASE = "1.el9"
 EPOCH = "3"
 CUDA_REPO_DIR = "compute/cuda/repos/rhel9/x86_64"
+CUDA_KEY_NAME = "D42D0685.pub"
 
 
 def branch_of(version: str) -> str:
@@ -80,11 +81,31 @@ def build_repo(repo_dir: str, versions: list) -> dict:
     built = []
     for version in versions:
         built += build_rpms(repo_dir, version)
-    rpms.index_repo(repo_dir)
+    index_repo(repo_dir, versions)
+    return {"dir": repo_dir, "rpms": built}
+
+
+def index_repo(repo_dir: str, versions: list) -> str:
+    """`repodata/` of the rpms in `repo_dir` with the module streams of `versions`; returns `repomd.xml`'s path."""
+    repomd = rpms.index_repo(repo_dir)
     path = os.path.join(repo_dir, "modules.yaml")
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(modules_yaml(versions))
     subprocess.run(["modifyrepo_c", "--mdtype=modules", path, os.path.join(repo_dir, "repodata")], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     os.remove(path)
-    return {"dir": repo_dir, "rpms": built}
+    return repomd
+
+
+def build_cuda_repo(mirror_dir: str, key, versions: list) -> dict:
+    """NVIDIA's CUDA repository for RHEL 9 under `mirror_dir`: rpms and `repomd.xml` signed with `key` (an
+    `nvrepos.SigningKey`), its public key beside them as NVIDIA publishes it; returns {"dir", "rpms", "key"}."""
+    repo_dir = os.path.join(mirror_dir, CUDA_REPO_DIR)
+    built = []
+    for version in versions:
+        built += build_rpms(repo_dir, version)
+    key.sign_rpms(built)
+    key.sign_repomd(index_repo(repo_dir, versions))
+    repo = {"dir": repo_dir, "rpms": built, "key": os.path.join(repo_dir, CUDA_KEY_NAME)}
+    key.export(repo["key"])
+    return repo
