@@ -9,6 +9,8 @@ Tree (served from `DIR/nvidia-repos` on `127.0.0.1:<ephemeral>`; unknown paths a
     libnvidia-container/stable/rpm/x86_64/              dnf repository (`baseurl=<url>/stable/rpm/$basearch`):
         *.rpm  repodata/repomd.xml(.asc)                    the same packages as signed rpms (`rpms`)
     rocky/9/BaseOS/x86_64/os/, rocky/RPM-GPG-KEY-Rocky-9    what Rocky 9 nodes' own repository must offer
+    compute/cuda/repos/ubuntu2204/x86_64/, .../rhel9/x86_64/  NVIDIA's CUDA repositories with the stub driver's
+        packages (`ubuntu_driver_debs`, `rocky_driver_rpms`), only when PackageMirror gets `driver_versions`
 
 The key is the mirror's own (a fresh ed25519 key per `up`, made with the real `gpg`), not NVIDIA's: apt and dnf
 check the signatures against the key the role fetched from `gpgkey`, exactly as against NVIDIA's. The rpm part needs
@@ -26,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 
-from gpulab.nvidia import debs, rpms, toolkit_debs
+from gpulab.nvidia import debs, rocky_driver_rpms, rpms, toolkit_debs, ubuntu_driver_debs
 
 TOOLKIT_VERSIONS = ("1.17.8",)
 TOOLKIT_TREE = "libnvidia-container"
@@ -127,11 +129,17 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 class PackageMirror:
     """Builds the repositories into `mirror_dir` and serves them on 127.0.0.1 (an ephemeral port) until stop()."""
 
-    def __init__(self, mirror_dir: str, toolkit_versions=TOOLKIT_VERSIONS, host: str = "127.0.0.1"):
+    def __init__(self, mirror_dir: str, toolkit_versions=TOOLKIT_VERSIONS, host: str = "127.0.0.1",
+                 driver_versions=()):
         key = SigningKey()
+        self.cuda = {}
         try:
             self.toolkit = build_toolkit_repos(mirror_dir, key, toolkit_versions)
             self.rocky_baseos = build_rocky_baseos(mirror_dir, key)
+            if driver_versions:
+                self.cuda["ubuntu2204"] = ubuntu_driver_debs.build_cuda_repo(mirror_dir, key, list(driver_versions))
+                if shutil.which("rpmbuild") and shutil.which("createrepo_c") and shutil.which("modifyrepo_c"):
+                    self.cuda["rhel9"] = rocky_driver_rpms.build_cuda_repo(mirror_dir, key, list(driver_versions))
         finally:
             key.close()
         self.mirror_dir = mirror_dir
@@ -157,6 +165,16 @@ class PackageMirror:
         with open(os.path.join(self.mirror_dir, ROCKY_KEY_PATH), encoding="utf-8") as handle:
             key = handle.read()
         return {"baseurl": "%s/rocky/$releasever/BaseOS/$basearch/os/" % self.url, "key": key}
+
+    def cuda_repos(self) -> dict:
+        """{"ubuntu2204"|"rhel9": {"url", "key_url"}}: NVIDIA's CUDA repositories served here (empty without
+        `driver_versions`)."""
+        result = {}
+        for name, repo in self.cuda.items():
+            path = os.path.relpath(repo["dir"], self.mirror_dir)
+            result[name] = {"url": "%s/%s/" % (self.url, path),
+                            "key_url": "%s/%s/%s" % (self.url, path, os.path.basename(repo["key"]))}
+        return result
 
     def inventory_vars(self) -> dict:
         """What the inventory sets so the container_runtime role installs the toolkit from here."""

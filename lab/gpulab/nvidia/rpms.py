@@ -14,7 +14,7 @@ from gpulab.nvidia import toolkit_debs
 
 
 def build_rpm(out_dir: str, name: str, version: str, release: str, summary: str, requires: list, fill,
-              arch: str = "x86_64", config_files: tuple = ()) -> str:
+              arch: str = "x86_64", config_files: tuple = (), epoch: str = "") -> str:
     """`out_dir/<name>-<version>-<release>.<arch>.rpm` with the files `fill(tree)` writes; returns its path."""
     work = tempfile.mkdtemp(prefix="rpm-%s-" % name)
     try:
@@ -28,7 +28,8 @@ def build_rpm(out_dir: str, name: str, version: str, release: str, summary: str,
                 path = os.path.join(directory, entry)[len(tree):]
                 files.append(("%%config(noreplace) %s" if path in config_files else "%s") % path)
         spec = "\n".join(
-            ["Name: %s" % name, "Version: %s" % version, "Release: %s" % release, "Summary: %s" % summary,
+            ["Name: %s" % name] + (["Epoch: %s" % epoch] if epoch else [])
+            + ["Version: %s" % version, "Release: %s" % release, "Summary: %s" % summary,
              "License: Apache-2.0", "Vendor: NVIDIA CORPORATION", "BuildArch: %s" % arch, "AutoReqProv: no"]
             + ["Requires: %s" % requirement for requirement in requires]
             + ["", "%description", "%s (gpulab stub)" % summary, "", "%install",
