@@ -1,7 +1,8 @@
 """A batch's roll-out records written in ONE module process (``node_upgrade_record`` with ``records:``, run_once
 over ``ansible_play_batch``) against the API twin over HTTPS, for a batch of 4 and of 8 nodes: one module result per
 batch whatever its size, two requests per node (read, conditional patch), and a node whose write fails (it is not
-in the cluster) fails alone in the per-host follow-up task while the others go on. No root needed: the API twin runs
+in the cluster) fails alone in the per-host follow-up task while the others go on; then ``node_drain`` with
+``names:`` cordons the nodes left in the batch, again in one module process. No root needed: the API twin runs
 in this process; the hosts are local (the step runs on the controller, as the runbook's Kubernetes steps do)."""
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ def run_batch(tmp_path, size):
                  "ansible.builtin.assert": {
                      "that": ["not batch_records.nodes[inventory_hostname].failed"],
                      "fail_msg": "{{ batch_records.nodes[inventory_hostname].msg }}", "quiet": True}},
+                {"name": "Cordon the batch",
+                 "gpuops.nvidia.node_drain": {"names": "{{ ansible_play_batch }}", "state": "cordon"},
+                 "run_once": True, "register": "batch_cordon"},
+                {"name": "Cordon the node",
+                 "ansible.builtin.assert": {
+                     "that": ["batch_cordon.nodes[inventory_hostname].unschedulable"], "quiet": True}},
             ]}]))
         home = tmp_path / "home"
         home.mkdir(exist_ok=True)
@@ -77,14 +84,19 @@ def run_batch(tmp_path, size):
 @pytest.mark.parametrize("size", [4, 8])
 def test_one_module_process_writes_the_whole_batch_and_a_failing_node_fails_alone(tmp_path, size):
     returncode, report, nodes, requests = run_batch(tmp_path, size)
-    batch_task, per_host_task = report["plays"][0]["tasks"]
+    batch_task, per_host_task, cordon_task, per_host_cordon = report["plays"][0]["tasks"]
     # one module process for the batch: run_once yields one module result, whatever the batch's size
     assert len(batch_task["hosts"]) == 1, batch_task["hosts"]
     result = next(iter(batch_task["hosts"].values()))
     assert sorted(result["nodes"]) == sorted(nodes) and result["failed_nodes"] == [MISSING]
-    # two requests per node that exists (read, patch), one for the missing one (its read answered 404)
-    assert len(requests) == 2 * (size - 1) + 1, requests
-    assert sorted(one["verb"] for one in requests) == sorted(["get"] * size + ["patch"] * (size - 1))
+    # records: two requests per node that exists (read, patch), one for the missing one (its read answered 404);
+    # then the cordon of the nodes left in the play (the failed one is out of ansible_play_batch): two a node
+    assert len(requests) == 2 * (size - 1) + 1 + 2 * (size - 1), requests
+    assert sorted(one["verb"] for one in requests) == sorted(["get"] * (2 * size - 1) + ["patch"] * (2 * size - 2))
+    assert len(cordon_task["hosts"]) == 1
+    cordoned = next(iter(cordon_task["hosts"].values()))
+    assert sorted(cordoned["nodes"]) == sorted(name for name in nodes if name != MISSING)
+    assert cordoned["failed_nodes"] == [] and sorted(per_host_cordon["hosts"]) == sorted(cordoned["nodes"])
     # the follow-up task fails only the node whose write failed
     assert returncode == 2
     failed = sorted(host for host, outcome in per_host_task["hosts"].items() if outcome.get("failed"))
@@ -94,3 +106,4 @@ def test_one_module_process_writes_the_whole_batch_and_a_failing_node_fails_alon
         if name != MISSING:
             record = json.loads(node["metadata"]["annotations"][RECORD])
             assert record["state"] == "draining" and record["run_id"] == "batch-test"
+            assert node["spec"]["unschedulable"] is True
