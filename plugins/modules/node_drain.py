@@ -28,6 +28,8 @@ description:
     and whether the node was already unschedulable before. V(uncordon) undoes only such a cordon of a node that was
     schedulable before; other cordoned nodes are left cordoned with a warning unless O(force).
   - Runs on the controller (C(delegate_to=localhost)) and uses the C(kubernetes) Python client.
+  - With O(names), V(cordon) and V(uncordon) act on a batch of nodes in one module process (concurrently); a node
+    whose step fails fails alone, in RV(nodes), and the module itself does not fail.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
@@ -43,9 +45,14 @@ attributes:
 options:
   name:
     description:
-      - The node.
+      - The node. Required unless O(names) is given.
     type: str
-    required: true
+  names:
+    description:
+      - The nodes of a batch, instead of O(name), for O(state=cordon) and O(state=uncordon) (not with
+        O(upgrade_record)). Each node's outcome is in RV(nodes).
+    type: list
+    elements: str
   state:
     description:
       - V(cordon) marks the node unschedulable, V(drain) cordons it and evicts its pods, V(uncordon) makes it
@@ -190,12 +197,12 @@ EXAMPLES = r"""
 RETURN = r"""
 node:
   description: The node.
-  returned: always
+  returned: with O(name)
   type: str
   sample: gpu-node-07
 unschedulable:
   description: Whether the node is (with O(dry_run), would be) cordoned when the module ends.
-  returned: always
+  returned: with O(name)
   type: bool
   sample: true
 uncordoned:
@@ -261,6 +268,18 @@ boot_id:
   returned: when O(upgrade_record) is given
   type: str
   sample: 3f6a2c1e-9d0b-4a57-8e61-0c2f0d1b7a44
+nodes:
+  description:
+    - With O(names), per node C(changed), C(failed), C(msg), C(unschedulable) and, with O(state=uncordon),
+      C(uncordoned) and C(warning) (why a node was left cordoned).
+  returned: when O(names) is given
+  type: dict
+  sample: {gpu-node-01: {changed: true, failed: false, msg: "", unschedulable: false, uncordoned: true, warning: ""}}
+failed_nodes:
+  description: With O(names), the nodes whose step failed.
+  returned: when O(names) is given
+  type: list
+  elements: str
 elapsed:
   description: Seconds the module took.
   returned: always
@@ -273,6 +292,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import drain as _drain
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.batch import DEFAULT_WORKERS, run_per_node, summarize
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, object_name_problem,
     request_json, resource_path, set_connection_pool_size, status_of)
@@ -411,10 +431,65 @@ def move_record(module, nodes, which, result):
     result["upgrade_record"] = written["record"]
 
 
+class StepError(Exception):
+    pass
+
+
+def batch_step(module, nodes, name):
+    """cordon or uncordon one node of a batch; raises StepError (that node alone fails)."""
+    params = module.params
+    dry_run = module.check_mode or params["dry_run"]
+    try:
+        node = nodes.read_node(name)
+    except Exception as error:
+        raise StepError(api_error_message(error, "read node %s" % name))
+    result = {"changed": False}
+    if params["state"] == "uncordon":
+        plan = _drain.uncordon_plan(node, force=params["force"])
+        result.update(uncordoned=plan["uncordoned"], warning=plan["warning"] or "",
+                      unschedulable=_drain.is_unschedulable(node) and not plan["uncordoned"])
+        patch = plan["patch"]
+    else:
+        reason = params["reason"] or (None if _drain.cordon_record(node) else "cordoned by %s" % _drain.CORDONED_BY)
+        patch = _drain.cordon_patch(node, format_time(time.time()), reason)
+        result["unschedulable"] = True
+    if patch is not None:
+        result["changed"] = True
+        if not dry_run:
+            try:
+                nodes.patch_node(name, patch)
+            except Exception as error:
+                raise StepError(api_error_message(error, "patch node %s" % name))
+    return result
+
+
+def run_batch(module, started):
+    params = module.params
+    if params["state"] == "drain":
+        module.fail_json(msg="names supports state cordon and uncordon; drain one node a task with name")
+    if params["upgrade_record"]:
+        module.fail_json(msg="names cannot be combined with upgrade_record")
+    for name in params["names"]:
+        if object_name_problem("names", name):
+            module.fail_json(msg=object_name_problem("names", name))
+    api = api_client_from_module(module)
+    set_connection_pool_size(api, DEFAULT_WORKERS + 1)
+    nodes = NodeApi(api)
+    per_node = run_per_node(params["names"], lambda name: batch_step(module, nodes, name))
+    summary = summarize(per_node)
+    for name, outcome in per_node.items():
+        if outcome.get("warning"):
+            module.warn("%s: %s" % (name, outcome["warning"]))
+    module.exit_json(changed=summary["changed"], nodes=per_node, failed_nodes=summary["failed_nodes"],
+                     dry_run=bool(params["dry_run"] or module.check_mode),
+                     elapsed=round(time.monotonic() - started, 3))
+
+
 def main():
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
-        name=dict(type="str", required=True),
+        name=dict(type="str"),
+        names=dict(type="list", elements="str"),
         state=dict(type="str", default="drain", choices=["cordon", "drain", "uncordon"]),
         ignore_daemonsets=dict(type="bool", default=True),
         delete_emptydir_data=dict(type="bool", default=False),
@@ -433,8 +508,11 @@ def main():
             run_id=dict(type="str"),
         ), required_one_of=[("state", "state_after")]),
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_one_of=[("name", "names")], mutually_exclusive=[("name", "names")])
     params = module.params
+    if params["names"] is not None:
+        run_batch(module, time.monotonic())
     if object_name_problem("name", params["name"]):
         module.fail_json(msg=object_name_problem("name", params["name"]))
     if params["timeout"] <= 0:
