@@ -113,3 +113,22 @@ def test_changed_cluster_or_plan_says_replan(people):
     replanned = approval.make_plan("node_labels", {"labels": {"a": "c"}}, BATCHES, "lab", "1.0.0", "alice@ops", NOW)
     refusal = refused(replanned, [good], "alice@ops", policy(people))
     assert refusal.exit_code == approval.EXIT_REPLAN
+
+
+def test_gpuops_approve_writes_a_verifiable_approval(people, tmp_path):
+    from gpuops_runner.cli import main
+    plan = a_plan()
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(__import__("json").dumps(plan))
+    lines, errors = [], []
+    code = main(["approve", str(plan_file), "--key", people["bob"], "--as", "bob@ops", "--comment", "looks fine"],
+                out=lines.append, err=errors.append)
+    assert code == 0 and not errors and "approved by bob@ops" in lines[0]
+    signed = __import__("json").loads((tmp_path / "plan.json.approval.json").read_text())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert approval.check_apply(plan, [signed], "alice@ops", policy(people), now)["statement"]["comment"] == "looks fine"
+    plan_file.write_text(__import__("json").dumps(dict(plan, cluster="other")))
+    errors.clear()
+    code = main(["approve", str(plan_file), "--key", people["bob"], "--as", "bob@ops"], out=lines.append,
+                err=errors.append)
+    assert code == approval.EXIT_REPLAN and len(errors) == 1 and "re-plan" in errors[0]
