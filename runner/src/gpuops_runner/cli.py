@@ -4,11 +4,13 @@ documented exit code; no traceback reaches the user (GPUOPS_DEBUG=1 shows it).""
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import sys
 import traceback
 
-from gpuops_runner import __version__, collection, controller, exitcodes, options
+from gpuops_runner import __version__, approval, collection, controller, exitcodes, options
 from gpuops_runner.runbook import RUNBOOKS, RunbookRun, TrailUnwritable
 
 DEFAULT_DATA_DIR = os.environ.get("GPUOPS_DATA_DIR", "~/.local/share/gpuops")
@@ -97,7 +99,44 @@ def build_parser():
     verify.add_argument("--allow-unsigned", action="store_true",
                         help="with a key: list lines written without it (or with another key id) instead of failing")
     verify.add_argument("--collections-path")
+    approve = commands.add_parser(
+        "approve", help="approve a plan file as the second operator (the two-person rule, docs/operations.md)",
+        description="Sign an approval of PLAN with your SSH key (ssh-keygen -Y sign, namespace gpuops-approval); "
+                    "it is written to PLAN.approval.json unless --out says where.")
+    approve.add_argument("plan")
+    approve.add_argument("--key", required=True, help="your SSH private key (e.g. ~/.ssh/id_ed25519)")
+    approve.add_argument("--as", dest="identity", required=True,
+                         help="your identity as the policy's allowed-signers file names it (e.g. bob@ops)")
+    approve.add_argument("--comment", default="")
+    approve.add_argument("--ttl-hours", type=options.positive_int, default=approval.DEFAULT_APPROVAL_TTL_H,
+                         help="how long the approval is valid (default %(default)s)")
+    approve.add_argument("--out", help="where the approval is written (default PLAN.approval.json)")
     return parser
+
+
+def approve_plan(args, out, err):
+    try:
+        with open(args.plan, encoding="utf-8") as stream:
+            plan = json.load(stream)
+    except (OSError, ValueError) as error:
+        raise options.UsageError("PLAN", "%s cannot be read as a plan file (%s)" % (args.plan, error))
+    if not isinstance(plan, dict) or plan.get("sha256") != approval.plan_hash(plan):
+        err("gpuops: %s does not match its sha256 (edited after planning): re-plan" % args.plan)
+        return approval.EXIT_REPLAN
+    statement = approval.approval_statement(plan, options.text("--as", args.identity, no_spaces=True),
+                                            options.text("--comment", args.comment) if args.comment else "",
+                                            datetime.datetime.now(datetime.timezone.utc), args.ttl_hours)
+    try:
+        signed = approval.sign(statement, os.path.expanduser(args.key))
+    except approval.ApprovalRefused as refusal:
+        err(refusal.message)
+        return refusal.exit_code
+    target = args.out or args.plan + ".approval.json"
+    with open(target, "w", encoding="utf-8") as stream:
+        json.dump(signed, stream, indent=1, sort_keys=True)
+    out("%s: approved by %s until %s (plan %s)" % (target, statement["approver"], statement["expires_at"],
+                                                  plan["sha256"][:16]))
+    return exitcodes.DONE
 
 
 def read_anchors(chain, args):
@@ -162,6 +201,8 @@ def main(argv=None, out=None, err=None):
     try:
         if args.command == "audit":
             return verify(args, out, err)
+        if args.command == "approve":
+            return approve_plan(args, out, err)
         return RunbookRun(args, ask=ask_on_terminal(), out=out, err=err).execute()
     except (options.UsageError, collection.CollectionNotFound) as error:
         err("gpuops: %s" % error)
