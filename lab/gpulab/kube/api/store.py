@@ -398,7 +398,9 @@ class Store:
             if dry_run:
                 return current.copy()
             gone = self._commit(resource, "DELETED", copy.deepcopy(current.obj), current)
-            if propagation_policy != "Orphan":
+            if propagation_policy == "Orphan":
+                self._orphan_dependents(current.obj)
+            else:
                 self._collect_dependents(current.obj)
             if resource == "serviceaccounts" and name == "default":
                 self._ensure_default_service_account(namespace or "")
@@ -458,6 +460,26 @@ class Store:
                 if any(reference.get("uid") == owner_uid for reference in references):
                     if key in self._objects[resource]:
                         self.delete(resource, key[1], key[0] or None)
+
+    def _orphan_dependents(self, owner: dict) -> None:
+        """``propagationPolicy: Orphan``: the garbage collector removes ``owner`` from its dependents'
+        ownerReferences, which stay (a Job's pods keep running)."""
+        owner_uid = owner["metadata"]["uid"]
+        namespace = owner["metadata"].get("namespace") or ""
+        for resource in _DEPENDENT_RESOURCES:
+            for key, entry in list(self._objects[resource].items()):
+                if namespace and key[0] != namespace:
+                    continue
+                references = entry.obj["metadata"].get("ownerReferences") or []
+                kept = [reference for reference in references if reference.get("uid") != owner_uid]
+                if len(kept) == len(references):
+                    continue
+                new = copy.deepcopy(entry.obj)
+                if kept:
+                    new["metadata"]["ownerReferences"] = kept
+                else:
+                    new["metadata"].pop("ownerReferences", None)
+                self._commit(resource, "MODIFIED", new, entry)
 
     # ------------------------------------------------------------ pods: binding and eviction
 
