@@ -21,7 +21,7 @@ description:
     Operator operands) are not workloads."
   - Names each node where the device plugin (allocatable C(nvidia.com/gpu)) and the DRA driver (ResourceSlices of
     driver C(gpu.nvidia.com)) both serve GPUs, so one GPU can be handed out twice.
-  - Each finding has the fix. Reads only. C(deploy/admission/require-gpu-limit.yaml) in the collection keeps new
+  - Each finding has the fix. Reads only. C(deploy/admission/) in the collection keeps new
     pods labelled C(gpuops.nvidia/cuda-workload=true) from arriving without a limit.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:

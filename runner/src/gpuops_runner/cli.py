@@ -134,8 +134,8 @@ def approve_plan(args, out, err):
     target = args.out or args.plan + ".approval.json"
     with open(target, "w", encoding="utf-8") as stream:
         json.dump(signed, stream, indent=1, sort_keys=True)
-    out("%s: approved by %s until %s (plan %s)" % (target, statement["approver"], statement["expires_at"],
-                                                  plan["sha256"][:16]))
+    out("%s: approved by %s until %s (plan %s)"
+        % (target, statement["approver"], statement["expires_at"], plan["sha256"][:16]))
     return exitcodes.DONE
 
 

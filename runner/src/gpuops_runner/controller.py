@@ -96,6 +96,8 @@ def settings(node_count, spec_path, extra_vars, environ=None, forks_cap=FORKS_CA
         longest = longest_step_s(spec_path, extra_vars)
         persist = control_persist_s(longest)
         env["ANSIBLE_SSH_ARGS"] = SSH_ARGS % persist
-        why = "longest step %ds + %ds" % (longest, CONTROL_PERSIST_MARGIN_S) if longest else "floor"
+        why = "floor"
+        if longest:
+            why = "longest step %ds + %ds" % (longest, CONTROL_PERSIST_MARGIN_S)
         shown.append(("ControlPersist", "%ds" % persist, why))
     return ControllerSettings(env, shown)

@@ -18,7 +18,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import gpu_workl
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "..", "..", "fixtures", "k8s")
-POLICY = os.path.join(HERE, "..", "..", "..", "..", "deploy", "admission", "require-gpu-limit.yaml")
+ADMISSION = os.path.join(HERE, "..", "..", "..", "..", "deploy", "admission")
 
 
 def fixture(name):
@@ -99,8 +99,10 @@ def test_nodes_served_by_the_device_plugin_and_dra_both():
 
 
 def test_admission_policy_warns_first_and_requires_a_gpu_limit_on_labelled_pods():
-    with open(POLICY) as stream:
-        policy, binding = list(yaml.safe_load_all(stream))
+    with open(os.path.join(ADMISSION, "10-require-gpu-limit-policy.yaml")) as stream:
+        policy = yaml.safe_load(stream)
+    with open(os.path.join(ADMISSION, "20-require-gpu-limit-binding.yaml")) as stream:
+        binding = yaml.safe_load(stream)
     assert policy["kind"] == "ValidatingAdmissionPolicy" and binding["kind"] == "ValidatingAdmissionPolicyBinding"
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
