@@ -98,6 +98,6 @@ def settings(node_count, spec_path, extra_vars, environ=None, forks_cap=FORKS_CA
         env["ANSIBLE_SSH_ARGS"] = SSH_ARGS % persist
         why = "floor"
         if longest:
-            why = "longest step %ds + %ds" % (longest, CONTROL_PERSIST_MARGIN_S)
+            why = "longest step %ss + %ss" % (longest, CONTROL_PERSIST_MARGIN_S)
         shown.append(("ControlPersist", "%ds" % persist, why))
     return ControllerSettings(env, shown)
