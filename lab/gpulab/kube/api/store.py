@@ -448,8 +448,9 @@ class Store:
                 self._commit(resource, "DELETED", copy.deepcopy(entry.obj), entry, update_pdbs=False)
         return self._commit("namespaces", "DELETED", copy.deepcopy(current.obj), current).copy()
 
-    def _collect_dependents(self, owner: dict) -> None:
-        """Background cascading deletion: delete what names ``owner`` in its ownerReferences."""
+    def _dependents(self, owner: dict):
+        """(resource, key, entry, ownerReferences) of each object in ``owner``'s namespace that names it as an
+        owner (a snapshot: the callers delete or modify them)."""
         owner_uid = owner["metadata"]["uid"]
         namespace = owner["metadata"].get("namespace") or ""
         for resource in _DEPENDENT_RESOURCES:
@@ -458,28 +459,26 @@ class Store:
                     continue
                 references = entry.obj["metadata"].get("ownerReferences") or []
                 if any(reference.get("uid") == owner_uid for reference in references):
-                    if key in self._objects[resource]:
-                        self.delete(resource, key[1], key[0] or None)
+                    yield resource, key, entry, references
+
+    def _collect_dependents(self, owner: dict) -> None:
+        """Background cascading deletion: delete what names ``owner`` in its ownerReferences."""
+        for resource, key, _entry, _references in self._dependents(owner):
+            if key in self._objects[resource]:
+                self.delete(resource, key[1], key[0] or None)
 
     def _orphan_dependents(self, owner: dict) -> None:
         """``propagationPolicy: Orphan``: the garbage collector removes ``owner`` from its dependents'
         ownerReferences, which stay (a Job's pods keep running)."""
         owner_uid = owner["metadata"]["uid"]
-        namespace = owner["metadata"].get("namespace") or ""
-        for resource in _DEPENDENT_RESOURCES:
-            for key, entry in list(self._objects[resource].items()):
-                if namespace and key[0] != namespace:
-                    continue
-                references = entry.obj["metadata"].get("ownerReferences") or []
-                kept = [reference for reference in references if reference.get("uid") != owner_uid]
-                if len(kept) == len(references):
-                    continue
-                new = copy.deepcopy(entry.obj)
-                if kept:
-                    new["metadata"]["ownerReferences"] = kept
-                else:
-                    new["metadata"].pop("ownerReferences", None)
-                self._commit(resource, "MODIFIED", new, entry)
+        for resource, _key, entry, references in self._dependents(owner):
+            kept = [reference for reference in references if reference.get("uid") != owner_uid]
+            new = copy.deepcopy(entry.obj)
+            if kept:
+                new["metadata"]["ownerReferences"] = kept
+            else:
+                new["metadata"].pop("ownerReferences", None)
+            self._commit(resource, "MODIFIED", new, entry)
 
     # ------------------------------------------------------------ pods: binding and eviction
 
