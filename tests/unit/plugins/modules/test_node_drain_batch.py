@@ -95,16 +95,6 @@ def test_dry_run_patches_nothing():
     assert outcome["gpu-node-01"]["changed"] and store.patches == 0
 
 
-@pytest.fixture(name="listener")
-def fixture_listener():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
-    yield server
-    server.close()
-
-
 @pytest.mark.parametrize("args, message", [
     ({"names": ["gpu-node-01"], "state": "drain"}, "names supports state cordon and uncordon"),
     ({"names": ["gpu-node-01", "Bad_Name"], "state": "cordon"}, "names must be a DNS subdomain"),

@@ -18,17 +18,6 @@ from ansible_collections.gpuops.nvidia.tests.unit.plugins.modules.utils import i
 pytest.importorskip("kubernetes")
 
 
-@pytest.fixture(name="listener")
-def fixture_listener():
-    """A port that accepts connections: any request the module sent would be seen there."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
-    yield server
-    server.close()
-
-
 @pytest.mark.parametrize("name", ["", " ", "GPU-Node-01", "gpu_node_01", "gpu-node-01/", "../nodes", "-gpu",
                                   "gpu-", "gpu node", "a" * 254])
 @pytest.mark.parametrize("extra", [{}, {"dry_run": True}, {"state": "cordon", "_ansible_check_mode": True}])

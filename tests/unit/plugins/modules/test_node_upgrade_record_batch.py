@@ -34,16 +34,6 @@ def test_a_record_without_a_target_version_is_refused_unless_it_removes_the_reco
     assert node_upgrade_record.record_fields({"name": "gpu-node-01", "state": "absent"}, defaults)["state"] == "absent"
 
 
-@pytest.fixture(name="listener")
-def fixture_listener():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
-    yield server
-    server.close()
-
-
 @pytest.mark.parametrize("args, message", [
     ({"name": "gpu-node-01", "state": "draining", "to_version": "1.2",
       "records": [{"name": "gpu-node-02", "state": "draining"}]}, "mutually exclusive"),
