@@ -261,14 +261,18 @@ def twin_actions(changes: list, node_events: list) -> list:
 
 
 def audit_names_actions(actions: list, audit: list, killed_runs_end=()) -> list:
-    """Every action of `twin_actions` has an audit `task` line for its node whose task ran when it happened
+    """Every action of `twin_actions` has an audit `task` line for its node (its host, or one of a batch step's
+    `nodes`) whose task ran when it happened
     (`started` to `started + duration_s`, 2 s of slack). An action after the last line of a run that was killed
     (`killed_runs_end`: (last line's ts, kill ts)) had its result never written: it is excused."""
     spans = {}
     for line in audit:
         if line.get("event") in ("task", "gate") and line.get("host") and line.get("started"):
             start = audit_ts(line["started"])
-            spans.setdefault(line["host"], []).append((start - 2.0, start + float(line.get("duration_s") or 0) + 2.0))
+            span = (start - 2.0, start + float(line.get("duration_s") or 0) + 2.0)
+            # a batch step's line names the nodes it acted on besides the host it ran from
+            for node in set([line["host"]] + list(line.get("nodes") or ())):
+                spans.setdefault(node, []).append(span)
     found = []
     for ts, node, action in actions:
         if any(start <= ts <= end for start, end in spans.get(node, ())):

@@ -119,6 +119,25 @@ def test_a_node_is_silenced_once_and_only_its_alerts_are_muted_until_the_silence
     assert rc == 0 and not nothing_left["changed"] and nothing_left["silences"] == []
 
 
+def test_a_batch_of_nodes_is_silenced_in_one_call_each_with_its_matchers_and_expired_in_one(alertmanager):
+    nodes = [{"name": "gpu-node-31"}, {"name": "gpu-node-32", "matchers": ['Hostname="gpu-node-32"']},
+             {"name": "bad node"}]
+    args = {"url": alertmanager.url, "nodes": nodes[:2], "run_id": RUN, "duration": 600}
+    rc, created = run_module(args)
+    assert rc == 0 and created["changed"] and created["failed_nodes"] == []
+    assert [s["action"] for s in created["nodes"]["gpu-node-31"]["silences"]] == ["created"] * 3
+    assert [s["action"] for s in created["nodes"]["gpu-node-32"]["silences"]] == ["created"]
+    assert len(live(alertmanager.silences(), "gpu-node-31", RUN)) == 3
+    assert len(live(alertmanager.silences(), "gpu-node-32", RUN)) == 1
+
+    rc, refused = run_module(dict(args, nodes=nodes))     # a bad name is refused before any request
+    assert rc != 0 and "bad node" in refused["msg"]
+
+    rc, expired = run_module({"url": alertmanager.url, "nodes": nodes[:2], "run_id": RUN, "state": "absent"})
+    assert rc == 0 and expired["changed"]
+    assert live(alertmanager.silences(), "gpu-node-31") == [] and live(alertmanager.silences(), "gpu-node-32") == []
+
+
 def test_check_mode_reads_alertmanager_and_changes_nothing(alertmanager):
     node = "gpu-node-21"
     before = len(alertmanager.silences())

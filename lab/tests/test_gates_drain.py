@@ -13,8 +13,8 @@ import time
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
-from gates_helpers import (KUBECTL, bare_pod, changes_since, deployment, eventually, get_json, kubectl, pdb, place_on,
-                          pods_on, run_in_playbook)
+from gates_helpers import (KUBECTL, apply, bare_pod, changes_since, deployment, eventually, get_json, kubectl, pdb,
+                          place_on, pods_on, run_in_playbook)
 from gpulab.testkit.api_records import requests
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL) or collections_path() is None,
@@ -228,3 +228,43 @@ def test_node_drain_evicts_the_same_pods_as_kubectl_drain(lab, ns):
     assert len(result["evicted"]) == 4
     ignored_by_kubectl = re.search(r"ignoring DaemonSet-managed Pods: ([^\s;]+)", by_kubectl.stderr).group(1).split(",")
     assert [entry["pod"] for entry in result["ignored"]] == ignored_by_kubectl
+
+
+def test_a_batch_drain_spends_one_budget_across_its_nodes_and_a_blocked_node_fails_alone(lab, ns):
+    """names: two nodes drained in one module process. One PDB (minAvailable 3 of 4) spans both nodes: its single
+    allowed disruption is taken in turn by the evictions of both, never overspent; gpu-node-02 also holds a pod no
+    budget lets go: it alone fails, cordoned with its reason, while gpu-node-01 ends drained."""
+    place_on(lab, "gpu-node-01", [deployment("web-a", ns, 2, {"app": "web", "part": "a"})], ns,
+             ["gpu-node-02", "gpu-node-03"])
+    place_on(lab, "gpu-node-02", [deployment("web-b", ns, 2, {"app": "web", "part": "b"})], ns,
+             ["gpu-node-01", "gpu-node-03"])
+    apply(lab, [pdb("web", ns, {"app": "web"}, 3)])
+    eventually(lambda: get_json(lab, "pdb", "-n", ns, "web")["status"].get("disruptionsAllowed") == 1,
+               what="PDB status")
+    lab.gpulab("fault", "gpu-node-02", "pdb-block")
+    try:
+        eventually(lambda: any(pod["status"].get("phase") == "Running" for pod in
+                               pods_on(lab, "gpu-node-02", "gpulab-faults").values()), what="the pdb-block pod")
+        web = {node: sorted(pods_on(lab, node, ns)) for node in ("gpu-node-01", "gpu-node-02")}
+        since = time.time()
+        result = run_in_playbook(lab, "node_drain", {"names": ["gpu-node-01", "gpu-node-02"], "timeout": 45})
+        assert not result.get("failed"), result.get("msg")
+        assert result["failed_nodes"] == ["gpu-node-02"]
+        drained, blocked = result["nodes"]["gpu-node-01"], result["nodes"]["gpu-node-02"]
+        assert not drained["failed"] and drained["evicted"] == web["gpu-node-01"], drained
+        assert blocked["msg"].startswith("drain of gpu-node-02 timed out after 45s"), blocked["msg"]
+        assert "pdb-block-gpu-node-02" in blocked["msg"]
+        assert set(web["gpu-node-02"]) <= set(blocked["evicted"]), blocked     # its own web pods went, in turn
+        assert pods_on(lab, "gpu-node-01", ns) == {}
+        for name in ("gpu-node-01", "gpu-node-02"):
+            assert node_json(lab, name)["spec"]["unschedulable"] is True
+        assert node_json(lab, "gpu-node-02")["metadata"]["annotations"][REASON] == blocked["msg"]
+        codes = [record["code"] for record in evictions(requests(lab.state_dir, since))
+                 if "/namespaces/%s/" % ns in record["path"]]
+        assert codes.count(201) == 4, codes
+        report = no_pdb_violation(lab)
+        assert report.get("pdb_violations") == [], report
+    finally:
+        lab.gpulab("clear", "gpu-node-02", "pdb-block")
+        for name in ("gpu-node-01", "gpu-node-02"):
+            kubectl(lab, "uncordon", name, check=False)

@@ -13,7 +13,8 @@ description:
   - Appends one JSON line per meaningful event of a run to an append-only file, for review after a production
     run from a bastion. Events are V(run_start) (operator identity including the user behind C(sudo), ticket,
     collection version and git commit, inventory and extra-vars sha256 digests, check or apply mode),
-    V(batch_start) (each play batch and its hosts), V(task) (one per host and task, with action, status and duration),
+    V(batch_start) (each play batch and its hosts), V(task) (one per host and task, with action, status and duration;
+    a C(run_once) task whose result has a C(nodes) mapping, a batch step, also lists those C(nodes)),
     V(gate) (the same for a task that sets the task variable C(gpuops_audit_gate) to the gate's name) and
     V(run_end) (per-host stats).
   - Each line carries C(seq) and C(prev), the sha256 of the previous line (the first line chains to 64 zeros),
@@ -277,6 +278,9 @@ class CallbackModule(CallbackBase):
             "action": task.action, "started": started_at,
             "duration_s": round(time.time() - started, 3) if started is not None else None,
         }
+        if task.run_once and isinstance(data.get("nodes"), dict):
+            # a batch step acts on every node of its batch from one host's task: the line names them all
+            fields["nodes"] = sorted(str(name) for name in data["nodes"])
         step = inherited_vars(task).get(STEP_VAR)
         if step:
             fields["step"] = str(step)

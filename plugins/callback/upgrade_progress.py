@@ -61,10 +61,17 @@ class CallbackModule(CallbackBase):
             return
         if action not in RECORD_ACTIONS:
             return
-        record = answer.get("record") or answer.get("upgrade_record")
-        if not isinstance(record, dict):
+        if isinstance(answer.get("nodes"), dict):    # a batch step: each node's record moved in one task
+            for node, outcome in answer["nodes"].items():
+                if isinstance(outcome, dict):
+                    self._show(node, outcome.get("record") or outcome.get("upgrade_record"))
             return
         node = answer.get("node") or ((answer.get("invocation") or {}).get("module_args") or {}).get("name")
+        self._show(node, answer.get("record") or answer.get("upgrade_record"))
+
+    def _show(self, node, record):
+        if not isinstance(record, dict):
+            return
         line = self.progress.step(node, record.get("state"), time.time())
         if line:
             self._display.display(line)

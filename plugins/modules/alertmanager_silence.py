@@ -37,9 +37,24 @@ options:
   node:
     description:
       - The node under maintenance (its Kubernetes name). Named in every silence's comment and, when O(matchers)
-        is omitted, in the matchers.
+        is omitted, in the matchers. Required unless O(nodes) is given.
     type: str
-    required: true
+  nodes:
+    description:
+      - The nodes of a batch, instead of O(node) and O(matchers), each with its own matchers, silenced (or their
+        silences expired) in one module process. Each node's outcome is in RV(nodes); the module itself does not
+        fail, a node that O(fail_closed) fails is in RV(failed_nodes).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: The node (as O(node)).
+        type: str
+        required: true
+      matchers:
+        description: The node's silences (as O(matchers)); omitted, the default matchers for the node.
+        type: list
+        elements: raw
   run_id:
     description:
       - The run the silences belong to (named in their comment; a re-run with the same id reuses them).
@@ -144,13 +159,13 @@ silence_ids:
   description:
     - IDs of the node's silences (created, reused or extended with O(state=present); expired with
       O(state=absent)). In check mode a silence that would be created has no ID and is not listed.
-  returned: always
+  returned: with O(node)
   type: list
   elements: str
   sample: ["0f5c2a4e-1d3b-4c55-9a0e-6a4cbb1f6f7b"]
 silences:
   description: What was done per silence, in the order of O(matchers) (present) or of their IDs (absent).
-  returned: always
+  returned: with O(node)
   type: list
   elements: dict
   contains:
@@ -180,9 +195,20 @@ silences:
             starts_at: "2026-12-03T02:00:00.000000Z", ends_at: "2026-12-03T04:00:00.000000Z",
             created_by: alice@bastion/20261203T020000Z-1a2b,
             comment: "driver upgrade to 615.71.09 [gpuops.nvidia node=gpu-node-01 run=20261203T020000Z-1a2b]"}]
+nodes:
+  description: With O(nodes), per node C(changed), C(failed), C(msg), C(silence_ids), C(silences) and C(error).
+  returned: with O(nodes)
+  type: dict
+  sample: {gpu-node-01: {changed: true, failed: false, msg: "gpu-node-01: created 5f0d...", silence_ids: [5f0d...],
+           silences: [], error: null}}
+failed_nodes:
+  description: With O(nodes), the nodes whose silences could not be held or expired (with O(fail_closed)).
+  returned: with O(nodes)
+  type: list
+  elements: str
 error:
   description: Why Alertmanager could not be used, when O(fail_closed=false) let the task go on; else null.
-  returned: always
+  returned: with O(node)
   type: str
   sample: "cannot reach Alertmanager at http://127.0.0.1:9093: [Errno 111] Connection refused"
 """
@@ -209,33 +235,46 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmana
     validate_token,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils.monitoring.alertmanager_client import AlertmanagerClient
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.batch import run_per_node, summarize
 
 
-def validated_matcher_sets(module):
-    """The matcher sets to hold, or fail_json with every problem in the options at once."""
-    params = module.params
-    errors = monitoring_http_option_errors(params)
-    errors.append(validate_token("node", params["node"]))
+def option_errors(params, node, matchers):
+    """Every problem of the options for one node (its name and matchers)."""
+    errors = [validate_token("node", node)]
     if params["state"] == "present" or params["run_id"] is not None:
         errors.append(validate_token("run_id", params["run_id"]))
     sets = []
     if params["state"] == "present":
-        raw = params["matchers"] if params["matchers"] is not None else default_matcher_sets(params["node"])
+        raw = matchers if matchers is not None else default_matcher_sets(node)
         sets, matcher_errors = normalize_matcher_sets(raw)
         errors.extend(matcher_errors)
         if not sets and not matcher_errors:
             errors.append("matchers is empty: nothing would be silenced")
+    return sets, [error for error in errors if error]
+
+
+def validated_matcher_sets(module):
+    """The matcher sets to hold for each node, ``{node: sets}``, or fail_json with every problem at once."""
+    params = module.params
+    errors = monitoring_http_option_errors(params)
+    if params["state"] == "present":
         if params["duration"] < 1:
             errors.append("duration must be at least 1 second")
         if not params["created_by"].strip():
             errors.append("created_by must not be empty")
+    targets = [dict(name=params["node"], matchers=params["matchers"])] if params["nodes"] is None else params["nodes"]
+    sets_of = {}
+    for target in targets:
+        sets_of[target["name"]], node_errors = option_errors(params, target["name"], target["matchers"])
+        errors.extend(("%s: %s" % (target["name"], error)) if params["nodes"] is not None else error
+                      for error in node_errors)
     errors = [error for error in errors if error]
     if errors:
         module.fail_json(msg="invalid options: " + "; ".join(errors))
-    return sets
+    return sets_of
 
 
-def ensure_present(module, client, matcher_sets):
+def ensure_present(module, client, node, matcher_sets):
     params = module.params
     now = time.time()
     answers = {}  # one GET per distinct filter (sets without an equality matcher share the unfiltered one)
@@ -244,14 +283,14 @@ def ensure_present(module, client, matcher_sets):
         if filters not in answers:
             answers[filters] = client.silences(filters)
     found_per_set = [answers[tuple(filter_params(texts))] for texts in matcher_sets]
-    steps = plan_present(matcher_sets, found_per_set, params["node"], params["run_id"], now, params["duration"])
+    steps = plan_present(matcher_sets, found_per_set, node, params["run_id"], now, params["duration"])
     results = []
     try:
         for texts, (step, existing) in zip(matcher_sets, steps):
             if step == "reuse":
                 results.append(summary(existing, "reused"))
                 continue
-            body = silence_body(texts, params["node"], params["run_id"], params["created_by"], params["comment"], now,
+            body = silence_body(texts, node, params["run_id"], params["created_by"], params["comment"], now,
                                 params["duration"], silence_id=existing and existing["id"],
                                 starts_at=existing and existing.get("startsAt"))
             silence_id = None if module.check_mode else client.post_silence(body)
@@ -268,12 +307,39 @@ def ensure_present(module, client, matcher_sets):
     return results
 
 
-def ensure_absent(module, client):
-    chosen = silences_to_expire(client.silences(), module.params["node"], module.params["run_id"])
+def ensure_absent(module, client, node):
+    chosen = silences_to_expire(client.silences(), node, module.params["run_id"])
     for silence in chosen:
         if not module.check_mode:
             client.expire(silence["id"])
     return [summary(silence, "expired") for silence in chosen]
+
+
+def silence_node(module, client, node, matcher_sets):
+    """One node's silences held or expired: the result the module returns for it. With fail_closed, a failure
+    to use Alertmanager is ``failed``; without, it is a warning (in ``warning``) and RV(error)."""
+    try:
+        if module.params["state"] == "present":
+            silences = ensure_present(module, client, node, matcher_sets)
+        else:
+            silences = ensure_absent(module, client, node)
+    except AlertmanagerAnswerError as error:
+        what = "silencing" if module.params["state"] == "present" else "expiring the silences of"
+        message = "%s node %s: %s" % (what, node, to_native(error))
+        if module.params["fail_closed"]:
+            return dict(failed=True, changed=False, msg=message + " (fail_closed; with fail_closed=false it warns and "
+                                                                  "goes on)", error=message, silence_ids=[], silences=[])
+        return dict(failed=False, changed=False, msg=message, error=message, warning=message, silence_ids=[],
+                    silences=[])
+    return dict(
+        failed=False,
+        changed=any(silence["action"] != "reused" for silence in silences),
+        silence_ids=[silence["id"] for silence in silences if silence["id"]],
+        silences=silences,
+        error=None,
+        msg="%s: %s" % (node, ", ".join(
+            "%s %s" % (silence["action"], silence["id"] or "(check mode)") for silence in silences) or "no silence"),
+    )
 
 
 def main():
@@ -281,7 +347,11 @@ def main():
         argument_spec=dict(
             monitoring_http_argument_spec(),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            node=dict(type="str", required=True),
+            node=dict(type="str"),
+            nodes=dict(type="list", elements="dict", options=dict(
+                name=dict(type="str", required=True),
+                matchers=dict(type="list", elements="raw"),
+            )),
             run_id=dict(type="str"),
             matchers=dict(type="list", elements="raw"),
             created_by=dict(type="str", default="gpuops.nvidia"),
@@ -290,33 +360,26 @@ def main():
             fail_closed=dict(type="bool", default=True),
         ),
         required_by=MONITORING_HTTP_REQUIRED_BY,
-        mutually_exclusive=MONITORING_HTTP_MUTUALLY_EXCLUSIVE,
+        mutually_exclusive=MONITORING_HTTP_MUTUALLY_EXCLUSIVE + [("node", "nodes"), ("matchers", "nodes")],
+        required_one_of=[("node", "nodes")],
         supports_check_mode=True,
     )
-    matcher_sets = validated_matcher_sets(module)
+    sets_of = validated_matcher_sets(module)
     client = AlertmanagerClient(module.params)
-    try:
-        if module.params["state"] == "present":
-            silences = ensure_present(module, client, matcher_sets)
-        else:
-            silences = ensure_absent(module, client)
-    except AlertmanagerAnswerError as error:
-        what = "silencing" if module.params["state"] == "present" else "expiring the silences of"
-        message = "%s node %s: %s" % (what, module.params["node"], to_native(error))
-        if module.params["fail_closed"]:
-            module.fail_json(msg=message + " (fail_closed; with fail_closed=false it warns and goes on)", error=message,
-                             silence_ids=[], silences=[])
-        module.warn(message)
-        module.exit_json(changed=False, msg=message, error=message, silence_ids=[], silences=[])
-    changed = any(silence["action"] != "reused" for silence in silences)
-    module.exit_json(
-        changed=changed,
-        silence_ids=[silence["id"] for silence in silences if silence["id"]],
-        silences=silences,
-        error=None,
-        msg="%s: %s" % (module.params["node"], ", ".join(
-            "%s %s" % (silence["action"], silence["id"] or "(check mode)") for silence in silences) or "no silence"),
-    )
+    if module.params["nodes"] is not None:
+        per_node = run_per_node(list(sets_of), lambda name: silence_node(module, client, name, sets_of[name]))
+        for outcome in per_node.values():
+            if outcome.pop("warning", None):
+                module.warn(outcome["msg"])
+        batch = summarize(per_node)
+        module.exit_json(changed=batch["changed"], nodes=per_node, failed_nodes=batch["failed_nodes"])
+    node = module.params["node"]
+    result = silence_node(module, client, node, sets_of[node])
+    if result.pop("failed"):
+        module.fail_json(**result)
+    if result.pop("warning", None):
+        module.warn(result["msg"])
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

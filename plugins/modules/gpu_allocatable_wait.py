@@ -53,6 +53,12 @@ options:
       - The number of devices each node must have allocatable.
       - Default - allocatable must equal capacity and be more than 0 (with O(resource=dra), more than 0 devices).
     type: int
+  counts:
+    description:
+      - The number of devices a node must have allocatable, by node name, for nodes that differ from O(count) (a
+        batch of nodes with different GPU counts in one wait).
+    type: dict
+    default: {}
   labels:
     description:
       - Node labels that must have these values, for example the driver version GPU Feature Discovery shows,
@@ -259,7 +265,7 @@ def validate(module):
     params = module.params
     if not params['nodes'] or any(not name for name in params['nodes']):
         module.fail_json(msg='nodes: give at least one node name (no empty names)')
-    for option in ('boot_id_changed_from', 'nvml_gpu_names'):
+    for option in ('boot_id_changed_from', 'nvml_gpu_names', 'counts'):
         unknown = sorted(set(params[option]) - set(params['nodes']))
         if unknown:
             module.fail_json(msg='%s: %s not in nodes' % (option, ', '.join(unknown)))
@@ -268,6 +274,13 @@ def validate(module):
             module.fail_json(msg='nvml_gpu_names: %s must map to a list of GPU product names' % name)
     if params['count'] is not None and params['count'] < 1:
         module.fail_json(msg='count must be at least 1, got %d' % params['count'])
+    for name, count in params['counts'].items():
+        try:
+            params['counts'][name] = int(count)
+        except (TypeError, ValueError):
+            params['counts'][name] = 0
+        if isinstance(count, bool) or params['counts'][name] < 1:
+            module.fail_json(msg='counts: %s must map to a number of devices of at least 1, got %r' % (name, count))
     if params['stable_seconds'] < 0 or params['timeout'] < 1:
         module.fail_json(msg='stable_seconds must be >= 0 and timeout >= 1')
     if params['resource'] != DRA and not params['resource'].count('/') == 1:
@@ -282,6 +295,7 @@ def main():
         nodes=dict(type='list', elements='str', required=True),
         resource=dict(type='str', default='nvidia.com/gpu'),
         count=dict(type='int'),
+        counts=dict(type='dict', default={}),
         labels=dict(type='dict', default={}),
         boot_id_changed_from=dict(type='dict', default={}),
         nvml_gpu_names=dict(type='dict', default={}),

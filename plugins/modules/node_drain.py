@@ -28,8 +28,11 @@ description:
     and whether the node was already unschedulable before. V(uncordon) undoes only such a cordon of a node that was
     schedulable before; other cordoned nodes are left cordoned with a warning unless O(force).
   - Runs on the controller (C(delegate_to=localhost)) and uses the C(kubernetes) Python client.
-  - With O(names), V(cordon) and V(uncordon) act on a batch of nodes in one module process (concurrently); a node
-    whose step fails fails alone, in RV(nodes), and the module itself does not fail.
+  - With O(names), the step acts on a batch of nodes in one module process (concurrently); a node whose step fails
+    fails alone, in RV(nodes), and the module itself does not fail. A batch drain evicts the pods of every node
+    under one eviction budget (one PodDisruptionBudget watch, so a budget spanning the batch's nodes is spent once
+    and in turn) within one O(timeout); a node whose pods may not be evicted or are left at the deadline fails
+    alone, with the message and reason annotation of a drain of that node alone.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
@@ -49,8 +52,8 @@ options:
     type: str
   names:
     description:
-      - The nodes of a batch, instead of O(name), for O(state=cordon) and O(state=uncordon) (not with
-        O(upgrade_record)). Each node's outcome is in RV(nodes).
+      - The nodes of a batch, instead of O(name). Each node's outcome is in RV(nodes). O(upgrade_record) moves every
+        node's record the same way.
     type: list
     elements: str
   state:
@@ -271,7 +274,9 @@ boot_id:
 nodes:
   description:
     - With O(names), per node C(changed), C(failed), C(msg), C(unschedulable) and, with O(state=uncordon),
-      C(uncordoned) and C(warning) (why a node was left cordoned).
+      C(uncordoned) and C(warning) (why a node was left cordoned); with O(state=drain), C(boot_id),
+      C(pods_to_evict), C(evicted), C(blocked) and C(waited_for_budget); with O(upgrade_record), C(upgrade_record),
+      the node's record after the step.
   returned: when O(names) is given
   type: dict
   sample: {gpu-node-01: {changed: true, failed: false, msg: "", unschedulable: false, uncordoned: true, warning: ""}}
@@ -296,6 +301,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.batch import DEF
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, object_name_problem,
     request_json, resource_path, set_connection_pool_size, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_batch import DrainStepError, drain_batch
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_engine import (
     MAX_PARALLEL_EVICTIONS, PDBS, PODS, Drain)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_time
@@ -415,34 +421,59 @@ def run_drain(module, api, nodes, node, reason, started, result):
     module.fail_json(msg=message, **result)
 
 
-def move_record(module, nodes, which, result):
-    """With upgrade_record: the roll-out record moved to its ``which`` (state or state_after) state, if one is given."""
+def write_wanted_record(module, nodes, name, which):
+    """With upgrade_record: the node's roll-out record moved to its ``which`` (state or state_after) state; None
+    when there is nothing to write. Raises RecordWriteError."""
     wanted = module.params["upgrade_record"]
     if not wanted or not wanted[which] or module.check_mode or module.params["dry_run"]:
-        return
+        return None
     fields = {"state": wanted[which], "from": wanted["from_version"], "to": wanted["to_version"],
               "run_id": wanted["run_id"]}
+    return write_record(nodes, name, fields, is_conflict=lambda error: status_of(error)[0] == 409)
+
+
+def move_record(module, nodes, which, result):
+    """With upgrade_record: the roll-out record moved to its ``which`` (state or state_after) state, if one is given."""
     try:
-        written = write_record(nodes, module.params["name"], fields,
-                               is_conflict=lambda error: status_of(error)[0] == 409)
+        written = write_wanted_record(module, nodes, module.params["name"], which)
     except RecordWriteError as failure:
         module.fail_json(msg=api_error_message(failure.error, failure.action), **result)
+    if written is None:
+        return
     result["changed"] = result["changed"] or written["changed"]
     result["upgrade_record"] = written["record"]
 
 
-class StepError(Exception):
-    pass
+def batch_record(module, nodes, name, which, result):
+    """The batch's upgrade_record moved on one node (its ``which`` state); raises DrainStepError."""
+    try:
+        written = write_wanted_record(module, nodes, name, which)
+    except RecordWriteError as failure:
+        raise DrainStepError(api_error_message(failure.error, failure.action))
+    if written is not None:
+        result["changed"] = result["changed"] or written["changed"]
+        result["upgrade_record"] = written["record"]
 
 
 def batch_step(module, nodes, name):
-    """cordon or uncordon one node of a batch; raises StepError (that node alone fails)."""
+    """cordon or uncordon one node of a batch, its record moved with it; raises DrainStepError (that node alone fails)."""
+    result = {"changed": False}
+    batch_record(module, nodes, name, "state", result)
+    record_changed = result["changed"]
+    result.update(batch_change(module, nodes, name))
+    result["changed"] = result["changed"] or record_changed
+    batch_record(module, nodes, name, "state_after", result)
+    return result
+
+
+def batch_change(module, nodes, name):
+    """The cordon or uncordon of one node of a batch."""
     params = module.params
     dry_run = module.check_mode or params["dry_run"]
     try:
         node = nodes.read_node(name)
     except Exception as error:
-        raise StepError(api_error_message(error, "read node %s" % name))
+        raise DrainStepError(api_error_message(error, "read node %s" % name))
     result = {"changed": False}
     if params["state"] == "uncordon":
         plan = _drain.uncordon_plan(node, force=params["force"])
@@ -459,23 +490,26 @@ def batch_step(module, nodes, name):
             try:
                 nodes.patch_node(name, patch)
             except Exception as error:
-                raise StepError(api_error_message(error, "patch node %s" % name))
+                raise DrainStepError(api_error_message(error, "patch node %s" % name))
     return result
 
 
 def run_batch(module, started):
     params = module.params
-    if params["state"] == "drain":
-        module.fail_json(msg="names supports state cordon and uncordon; drain one node a task with name")
-    if params["upgrade_record"]:
-        module.fail_json(msg="names cannot be combined with upgrade_record")
     for name in params["names"]:
         if object_name_problem("names", name):
             module.fail_json(msg=object_name_problem("names", name))
+    if params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % params["timeout"])
     api = api_client_from_module(module)
     set_connection_pool_size(api, DEFAULT_WORKERS + 1)
     nodes = NodeApi(api)
-    per_node = run_per_node(params["names"], lambda name: batch_step(module, nodes, name))
+    if params["state"] == "drain":
+        per_node = drain_batch(api, nodes, params, started, check_mode=module.check_mode,
+                               move_record=lambda name, which, result: batch_record(module, nodes, name, which,
+                                                                                    result))
+    else:
+        per_node = run_per_node(params["names"], lambda name: batch_step(module, nodes, name))
     summary = summarize(per_node)
     for name, outcome in per_node.items():
         if outcome.get("warning"):

@@ -81,13 +81,15 @@ class BudgetGate:
 
 class Drain:
     """One drain: parallel evictions with PDB-aware retries; a list+watch of the node's pods sees them go and one of
-    the PodDisruptionBudgets wakes the evictions they refused. Watches and evictions report on one queue."""
+    the PodDisruptionBudgets wakes the evictions they refused. Watches and evictions report on one queue.
+
+    ``node_name`` may be a list: the nodes of a batch drained together, a pod watch each, under one budget gate."""
 
     def __init__(self, api, node_name, pods, pdbs, deadline, grace_period=None, disable_eviction=False):
         self.grace_period = grace_period
         self.disable_eviction = disable_eviction
         self.api = api
-        self.node_name = node_name
+        self.node_names = [node_name] if isinstance(node_name, str) else list(node_name)
         self.pods = {_drain.pod_key(pod): pod for pod in pods}
         self.pending = {key: pod["metadata"]["uid"] for key, pod in self.pods.items()}
         self.evicted = set()
@@ -161,9 +163,13 @@ class Drain:
                 self.errors[payload[0]] = payload[1]
         elif kind == "FAILED":
             self.errors[source] = payload
-        elif source == "pods":
-            gone = _drain.gone_after_list(payload, self.pending) if kind == "SYNC" else \
-                _drain.gone_after_event(kind, payload, self.pending)
+        elif source.startswith("pods"):
+            # a node's list shows only its own pods: only those can be gone from it
+            node_name = source.partition(":")[2]
+            pending = dict((key, uid) for key, uid in self.pending.items()
+                           if not node_name or (self.pods[key].get("spec") or {}).get("nodeName") == node_name)
+            gone = _drain.gone_after_list(payload, pending) if kind == "SYNC" else \
+                _drain.gone_after_event(kind, payload, pending)
             for key in gone:
                 self.pending.pop(key, None)
         elif kind == "SYNC":
@@ -171,12 +177,17 @@ class Drain:
         else:
             self.gate.update(kind, payload)
 
+    def pods_watch_failed(self):
+        return any(key == "pods" or key.startswith("pods:") for key in self.errors)
+
     def run(self):
         """Evict every pod and wait until they are gone or the deadline passes; returns the keys still pending."""
         until = time.time() + self.remaining()
-        watchers = [
-            ListWatch("pods", list_call(self.api, PODS, field_selector="spec.nodeName=" + self.node_name), self.events),
-            ListWatch("pdbs", list_call(self.api, PDBS), self.events)]
+        single = len(self.node_names) == 1
+        watchers = [ListWatch("pods" if single else "pods:" + name,
+                              list_call(self.api, PODS, field_selector="spec.nodeName=" + name), self.events)
+                    for name in self.node_names]
+        watchers.append(ListWatch("pdbs", list_call(self.api, PDBS), self.events))
         for watcher in watchers:
             watcher.start(until)
         executor = ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_EVICTIONS, len(self.pods))))
@@ -184,7 +195,7 @@ class Drain:
             executor.submit(self.evict, key)
         try:
             while any(key not in self.errors for key in self.pending) and self.remaining() > 0 \
-                    and "pods" not in self.errors:
+                    and not self.pods_watch_failed():
                 try:
                     self._apply(*self.events.get(timeout=min(1.0, max(0.01, self.remaining()))))
                 except queue.Empty:

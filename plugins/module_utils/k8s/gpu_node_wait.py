@@ -38,7 +38,8 @@ class GpuNodeWait:
         self.dra = params['resource'] == DRA
         self.trackers = {}
         for name in self.names:
-            expectation = dict(resource=params['resource'], count=params['count'], labels=params['labels'],
+            count = (params.get('counts') or {}).get(name, params['count'])
+            expectation = dict(resource=params['resource'], count=count, labels=params['labels'],
                                boot_id_before=params['boot_id_changed_from'].get(name),
                                require_ready=params['require_ready'],
                                nvml_gpu_names=(params.get('nvml_gpu_names') or {}).get(name))

@@ -58,7 +58,7 @@ class Nodes:
 class Module:
     def __init__(self, **params):
         self.check_mode = False
-        self.params = dict(dict(state="cordon", force=False, dry_run=False, reason=None), **params)
+        self.params = dict(dict(state="cordon", force=False, dry_run=False, reason=None, upgrade_record=None), **params)
 
 
 def run(module, store, names):
@@ -89,6 +89,18 @@ def test_uncordon_leaves_a_node_cordoned_by_someone_else_and_says_why():
     assert outcome["gpu-node-09"]["failed"] and "read node gpu-node-09" in outcome["gpu-node-09"]["msg"]
 
 
+def test_uncordon_moves_each_node_s_record_to_done_and_a_node_left_cordoned_keeps_its_record():
+    store = Nodes(["gpu-node-01", "gpu-node-02"], unschedulable=["gpu-node-02"])
+    run(Module(state="cordon"), store, ["gpu-node-01"])
+    done = {"state": None, "state_after": "done", "from_version": None, "to_version": "615.71.09", "run_id": None}
+    outcome = run(Module(state="uncordon", upgrade_record=done), store, ["gpu-node-01", "gpu-node-02"])
+    assert outcome["gpu-node-01"]["uncordoned"] and outcome["gpu-node-01"]["upgrade_record"]["state"] == "done"
+    annotations = store.nodes["gpu-node-01"]["metadata"]["annotations"]
+    assert json.loads(annotations["gpuops.nvidia/driver-upgrade"])["to"] == "615.71.09"
+    # the record moves once the step succeeded: a node someone else cordoned is not uncordoned but the step succeeds
+    assert not outcome["gpu-node-02"]["failed"] and outcome["gpu-node-02"]["unschedulable"]
+
+
 def test_dry_run_patches_nothing():
     store = Nodes(["gpu-node-01"])
     outcome = run(Module(state="cordon", dry_run=True), store, ["gpu-node-01"])
@@ -96,7 +108,7 @@ def test_dry_run_patches_nothing():
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"names": ["gpu-node-01"], "state": "drain"}, "names supports state cordon and uncordon"),
+    ({"names": ["gpu-node-01"], "state": "drain", "timeout": 0}, "timeout must be a positive number"),
     ({"names": ["gpu-node-01", "Bad_Name"], "state": "cordon"}, "names must be a DNS subdomain"),
     ({"names": ["gpu-node-01"], "name": "gpu-node-02", "state": "cordon"}, "mutually exclusive"),
 ])
