@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from gpulab import bastion as fleet_bastion, inventory, netns, noderuntime, personality, sshkeys
+from gpulab import bastion as fleet_bastion, inventory, netns, noderuntime, personality, rancherlayout, sshkeys
 from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
@@ -257,11 +257,13 @@ class Lab:
         # GPU Operator mode: no host driver; the driver pods load --driver (the ClusterPolicy's version)
         node_os = personality.fleet_os(self.settings.get("os") or [], len(ips))
         node_containerd = noderuntime.fleet_containerd(self.settings.get("containerd") or [], len(ips))
+        node_rancher = rancherlayout.fleet_rancher(self.settings.get("rancher") or [], len(ips))
         specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"], "os": node_os[index],
                   "index": index, "driver": None if operator_mode else self.settings.get("driver"),
-                  "containerd": node_containerd[index]}
+                  "containerd": node_containerd[index], "rancher": node_rancher[index]}
                  for index, ip in enumerate(ips)]
-        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile", "os", "containerd")} for spec in specs])
+        keys = ("name", "ip", "profile", "os", "containerd", "rancher")
+        self.save_info(nodes=[{k: spec[k] for k in keys} for spec in specs])
         secure_boot_nodes = set(self.settings.get("secure_boot_nodes") or [])
         package_mirror_vars = self.start_package_mirror()
         rocky_repo = self.package_mirror.rocky_repo() if self.package_mirror is not None else None
@@ -270,7 +272,7 @@ class Lab:
             node = Node(self, spec)
             node.create(bool(self.settings.get("secure_boot")) or node.name in secure_boot_nodes,
                         blacklist_nouveau=operator_mode, rocky_repo=rocky_repo,
-                        extra_debs=runtime_debs[spec["containerd"]])
+                        extra_debs=runtime_debs[spec["containerd"]], rancher=spec["rancher"])
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
