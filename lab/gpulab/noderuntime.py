@@ -58,9 +58,9 @@ def _run(argv: list, cwd: str | None = None) -> str:
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise PackageError("%s timed out after %ds" % (" ".join(argv[:2]), APT_TIMEOUT_S))
+        raise PackageError("%s timed out after %ds" % (" ".join(argv[:1] + argv[-2:]), APT_TIMEOUT_S))
     if done.returncode != 0:
-        raise PackageError("%s failed (exit %d): %s" % (" ".join(argv[:2]), done.returncode,
+        raise PackageError("%s failed (exit %d): %s" % (" ".join(argv[:1] + argv[-2:]), done.returncode,
                                                        (done.stderr or done.stdout).strip()[-600:]))
     return done.stdout
 
@@ -92,7 +92,14 @@ def containerd_deb(version: str, cache_dir: str | None = None):
     if version not in CONTAINERD_SUITES:
         raise ValueError("unknown --containerd %s (known: %s)" % (version, ", ".join(CONTAINERD_VERSIONS)))
     suite = CONTAINERD_SUITES[version]
-    return fetch_deb("containerd", suite, cache_dir) if suite else None
+    if not suite:
+        return None
+    deb = fetch_deb("containerd", suite, cache_dir)
+    found = deb_version(deb)
+    if not found.startswith(version + "."):
+        raise PackageError("Debian %s's containerd is %s now, not %s.x (%s): keep a %s.x .deb in %s"
+                           % (suite, found, version, deb, version, os.path.dirname(deb)))
+    return deb
 
 
 def fleet_containerd(versions: list, count: int) -> list:

@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
+from gpulab import noderuntime
 from oci_image import IMAGE_NAME, build_busybox_archive
 from test_role_container_runtime import config_dump, recap, run_role
 
@@ -31,10 +32,22 @@ CGROUP_MOUNTS = ("mountpoint -q /sys/fs/cgroup || { mount -t tmpfs -o mode=755 c
                  "mount -t cgroup -o $line cgroup /sys/fs/cgroup/$line || rmdir /sys/fs/cgroup/$line; done; }")
 
 
+def require_debian_packages():
+    """The packages the nodes unpack, from $GPULAB_DEB_CACHE or Debian's archive: skip, saying why, without both."""
+    try:
+        for version in ("1.7", "2.1"):
+            noderuntime.containerd_deb(version)
+        noderuntime.fetch_deb("busybox-static", "trixie")
+    except noderuntime.PackageError as error:
+        pytest.skip("Debian's containerd packages are neither cached in %s nor downloadable: %s"
+                    % (noderuntime.deb_cache_dir(), error))
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     if collections_path() is None:
         pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test` (or `make tree`)")
+    require_debian_packages()
     state_dir = str(tmp_path_factory.mktemp("cdi") / "state")
     lab = start_lab(state_dir, "--nodes", "2", "--driver", DRIVER, "--boot-delay", "0.3",
                     "--containerd", "1.7,2.1")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
+from test_containerd_cdi import require_debian_packages
 from test_role_container_runtime import config_dump, recap, run_role
 
 DRIVER = "550.54.15"
@@ -31,6 +32,7 @@ USER_TEMPLATE = """{{ template "base" . }}
 def fleet(tmp_path_factory):
     if collections_path() is None:
         pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test` (or `make tree`)")
+    require_debian_packages()
     state_dir = str(tmp_path_factory.mktemp("rancher") / "state")
     lab = start_lab(state_dir, "--nodes", "2", "--driver", DRIVER, "--boot-delay", "0.3",
                     "--containerd", "1.7,2.1", "--rancher", "k3s-agent,rke2-server")
