@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from gpulab import daemon, personality
+from gpulab import daemon, noderuntime, personality, rancherlayout
 from gpulab.nvidia.profiles import CLI_PROFILES
 from gpulab.osutil import LAB_DIR, read_json, write_json
 
@@ -69,8 +69,12 @@ def cmd_up(args) -> int:
     if not 0 < args.operator_time_scale <= 1:
         raise CliError("--operator-time-scale must be in (0, 1]")
     node_os = [name for value in args.os or [] for name in value.split(",") if name]
+    node_containerd = [name for value in args.containerd or [] for name in value.split(",") if name]
+    node_rancher = [name for value in args.rancher or [] for name in value.split(",") if name]
     try:
         personality.fleet_os(node_os, args.nodes)
+        noderuntime.fleet_containerd(node_containerd, args.nodes)
+        rancherlayout.fleet_rancher(node_rancher, args.nodes)
     except ValueError as error:
         raise CliError(str(error))
     created_dir = not os.path.exists(state_dir)
@@ -88,7 +92,8 @@ def cmd_up(args) -> int:
                 "nvidia_backend": args.nvidia_backend, "prometheus": args.prometheus,
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
                 "scrape_interval": args.scrape_interval, "gpu_operator": args.gpu_operator,
-                "operator_time_scale": args.operator_time_scale, "bastion": args.bastion}
+                "operator_time_scale": args.operator_time_scale, "bastion": args.bastion,
+                "containerd": node_containerd, "rancher": node_rancher}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
@@ -266,6 +271,13 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--bastion", action="store_true",
                     help="the nodes boot in a network namespace of their own whose only way in is a bastion "
                          "(user gpuops, ProxyJump in DIR/ssh_config); a direct ssh to a node fails")
+    up.add_argument("--containerd", action="append", metavar="VERSION[,VERSION...]",
+                    help="the nodes' containerd, given to the nodes in turn: 1.6 the host's (default), 1.7 Debian 13's "
+                         "package, 2.1 Debian sid's (apt-get download into $GPULAB_DEB_CACHE, unpacked onto the disks)")
+    up.add_argument("--rancher", action="append", metavar="LAYOUT[,LAYOUT...]",
+                    help="k3s/RKE2 installed on the nodes, given in turn: %s (their unit, data dir and containerd "
+                         "config rendering; the node's containerd is theirs)"
+                         % ", ".join(rancherlayout.RANCHER_CHOICES))
     up.add_argument("--nvidia-backend", default="gpulab.nvidia", help=argparse.SUPPRESS)
     up.set_defaults(func=cmd_up)
 

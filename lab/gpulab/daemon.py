@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from gpulab import bastion as fleet_bastion, inventory, netns, personality, sshkeys
+from gpulab import bastion as fleet_bastion, inventory, netns, noderuntime, personality, rancherlayout, sshkeys
 from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
@@ -256,17 +256,23 @@ class Lab:
         operator_mode = bool(self.settings.get("gpu_operator"))
         # GPU Operator mode: no host driver; the driver pods load --driver (the ClusterPolicy's version)
         node_os = personality.fleet_os(self.settings.get("os") or [], len(ips))
+        node_containerd = noderuntime.fleet_containerd(self.settings.get("containerd") or [], len(ips))
+        node_rancher = rancherlayout.fleet_rancher(self.settings.get("rancher") or [], len(ips))
         specs = [{"name": node_name(index + 1), "ip": ip, "profile": self.settings["profile"], "os": node_os[index],
-                  "index": index, "driver": None if operator_mode else self.settings.get("driver")}
+                  "index": index, "driver": None if operator_mode else self.settings.get("driver"),
+                  "containerd": node_containerd[index], "rancher": node_rancher[index]}
                  for index, ip in enumerate(ips)]
-        self.save_info(nodes=[{k: spec[k] for k in ("name", "ip", "profile", "os")} for spec in specs])
+        keys = ("name", "ip", "profile", "os", "containerd", "rancher")
+        self.save_info(nodes=[{k: spec[k] for k in keys} for spec in specs])
         secure_boot_nodes = set(self.settings.get("secure_boot_nodes") or [])
         package_mirror_vars = self.start_package_mirror()
         rocky_repo = self.package_mirror.rocky_repo() if self.package_mirror is not None else None
+        runtime_debs = self.node_runtime_debs(sorted(set(node_containerd)))
         for spec in specs:
             node = Node(self, spec)
             node.create(bool(self.settings.get("secure_boot")) or node.name in secure_boot_nodes,
-                        blacklist_nouveau=operator_mode, rocky_repo=rocky_repo)
+                        blacklist_nouveau=operator_mode, rocky_repo=rocky_repo,
+                        extra_debs=runtime_debs[spec["containerd"]], rancher=spec["rancher"])
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
@@ -295,6 +301,19 @@ class Lab:
         self.save_info(status="ready", inventory=paths["inventory"], ssh_config=paths["ssh_config"],
                        nodes_up_s=nodes_s, up_s=round(time.monotonic() - started, 3))
         self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
+
+    def node_runtime_debs(self, versions: list) -> dict:
+        """``up --containerd 1.7|2.1``: containerd line -> the Debian packages its nodes unpack onto their disks
+        (none for 1.6, the host's own); lab.json ``containerd`` records which package versions."""
+        debs, packages = {}, {}
+        for version in versions:
+            deb = noderuntime.containerd_deb(version)
+            debs[version] = [deb] if deb else []
+            if deb:
+                packages[version] = {"package_version": noderuntime.deb_version(deb), "deb": deb}
+                self.log("containerd %s nodes: %s" % (version, deb))
+        self.save_info(containerd=packages)
+        return debs
 
     def start_fleet_network(self, bastion_ip: str, node_ips: list) -> None:
         """``up --bastion``: the namespace the nodes and the bastion boot in, before any of them."""

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 
-from gpulab import driverload, faults as node_faults, personality, sshkeys
+from gpulab import driverload, faults as node_faults, noderuntime, personality, rancherlayout, sshkeys
 from gpulab.faults import FaultError, parse_fault
 from gpulab.layer import nvidia_function
 from gpulab.nvidia.profiles import CLI_PROFILES
@@ -99,10 +99,13 @@ class Node:
         write_json(os.path.join(self.run_dir, "faults.json"), list(self.faults))
 
     # ---- creation -----------------------------------------------------------------------------------------
-    def create(self, secure_boot: bool, blacklist_nouveau: bool = False, rocky_repo: dict | None = None) -> None:
+    def create(self, secure_boot: bool, blacklist_nouveau: bool = False, rocky_repo: dict | None = None,
+               extra_debs: list = (), rancher: str | None = None) -> None:
         """Directories, the disk (tmpfs) with the node's personality, host key, hw.json and efi.json of a new node;
         with ``blacklist_nouveau`` (GPU Operator nodes, prepared as NVIDIA's docs ask) nouveau never binds the GPUs;
-        ``rocky_repo``: where a Rocky node's BaseOS repository is (``personality.write_identity``)."""
+        ``rocky_repo``: where a Rocky node's BaseOS repository is (``personality.write_identity``); ``extra_debs``:
+        packages unpacked onto the disk (``up --containerd``: Debian's containerd, ``noderuntime``); ``rancher``: the
+        k3s/RKE2 install on the disk (``up --rancher``, ``rancherlayout``)."""
         for path in (self.dir, self.tmpfs_dir, self.merged_dir, self.run_dir, self.firmware_dir, self.control_dir):
             os.makedirs(path, exist_ok=True)
         if not mounts_under(self.tmpfs_dir):
@@ -110,6 +113,10 @@ class Node:
                             "gpulab-%s" % self.name, self.tmpfs_dir], check=True)
         self.hide_host_homes()
         personality.write_identity(os.path.join(self.tmpfs_dir, "upper"), self.os, rocky_repo)
+        for deb in extra_debs:
+            noderuntime.unpack_into(os.path.join(self.tmpfs_dir, "upper"), deb)
+        if rancher:
+            rancherlayout.write_layout(os.path.join(self.tmpfs_dir, "upper"), rancher)
         if blacklist_nouveau:
             write_file(os.path.join(self.tmpfs_dir, "upper", "etc", "modprobe.d", "blacklist-nouveau.conf"),
                        "blacklist nouveau\noptions nouveau modeset=0\n")

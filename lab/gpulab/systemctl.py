@@ -16,7 +16,9 @@ CONTROL_DIR = "/run/gpulab-control"   # reboot/poweroff requests to the daemon (
 SYSTEMD_STATE_DIR = "/run/gpulab-systemd"
 # units started with systemctl and not stopped: on the node's disk, started again at boot ("enabled and running")
 SYSTEMD_RESTART_LIST = "/var/lib/gpulab-systemd/started"
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+# systemd's system unit search path (RKE2's tarball install puts its units in /usr/local/lib/systemd/system)
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+             "/usr/lib/systemd/system")
 
 WRAPPER = """#!/bin/sh
 # gpulab node twin: systemctl stand-in from lab/gpulab/systemctl.py (installed at each boot by gpulab.nsinit)

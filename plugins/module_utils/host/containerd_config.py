@@ -210,8 +210,13 @@ def add_import(text, config_version, drop_in_path):
 
 
 def runtime_problems(dump, config_version, runtimes, enable_cdi, set_as_default):
-    """What `containerd config dump` (parsed) shows missing from the configuration asked for; [] when all there."""
-    plugin = cri_plugin_name(config_version)
+    """What `containerd config dump` (parsed) shows missing from the configuration asked for; [] when all there.
+
+    The dump is in the schema of the binary that made it, not of the files it read: containerd 2.x migrates a
+    version 2 config (Debian's package ships one) and dumps version 3 (4 from 2.3), CRI under its new plugin name.
+    """
+    dumped = (dump or {}).get("version")
+    plugin = cri_plugin_name(dumped if isinstance(dumped, int) and dumped > config_version else config_version)
     cri = ((dump or {}).get("plugins") or {}).get(plugin) or {}
     problems = []
     present = (cri.get("containerd") or {}).get("runtimes") or {}

@@ -183,6 +183,16 @@ def test_runtime_problems_read_a_real_dump():
     assert cc.runtime_problems(merged, 2, [("nvidia", "/usr/bin/nvidia-container-runtime")], True, True) == []
 
 
+def test_a_2x_dump_of_version_2_files_is_read_in_the_schema_the_binary_dumped():
+    """Debian's containerd 2.1 package ships a version 2 config: the role keeps version 2 for its drop-in, and the
+    real binary migrates both and dumps version 3, the runtimes and CDI under io.containerd.cri.v1.runtime."""
+    dump = _toml.loads(fixture("containerd-2.1.9_debian-sid_v2-config-and-drop-in_config-dump.toml"))
+    assert dump["version"] == 3 and "containerd" not in dump["plugins"].get(cc.CRI_PLUGIN_V2, {})
+    nvidia = [("nvidia", "/usr/bin/nvidia-container-runtime")]
+    assert cc.runtime_problems(dump, 2, nvidia, True, False) == []
+    assert cc.runtime_problems(dump, 2, nvidia, True, True) == ["default_runtime_name is not nvidia"]
+
+
 NVIDIA_2X = [("nvidia", "/usr/bin/nvidia-container-runtime"), ("nvidia-cdi", "/usr/bin/nvidia-container-runtime.cdi")]
 
 
