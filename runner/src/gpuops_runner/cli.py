@@ -38,10 +38,11 @@ def add_runbook_parser(commands, name):
     sub = commands.add_parser(name, help=runbook.summary, epilog=EPILOG, description=description)
     sub.set_defaults(runbook=name)
     if name == "plan":
-        sub.add_argument("change", nargs="?", choices=sorted(plans.CHANGE_KINDS), metavar="CHANGE_KIND",
-                         help="the change kind to plan (%s; default driver_upgrade)" % ", ".join(sorted(plans.CHANGE_KINDS)))
-        sub.add_argument("--out", metavar="PLAN", help="write the plan file for gpuops approve / gpuops apply "
-                                                      "(docs/operations.md)")
+        kinds = sorted(plans.CHANGE_KINDS)
+        sub.add_argument("change", nargs="?", choices=kinds, metavar="CHANGE_KIND",
+                         help="the change kind to plan (%s; default driver_upgrade)" % ", ".join(kinds))
+        sub.add_argument("--out", metavar="PLAN",
+                         help="write the plan file for gpuops approve / gpuops apply (docs/operations.md)")
     sub.add_argument("-i", "--inventory", required=True,
                      help="any inventory source ansible accepts: a file, a directory, a script or plugin "
                           "configuration, or host1,host2,")

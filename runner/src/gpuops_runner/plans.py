@@ -222,9 +222,8 @@ def apply_plan(args, ask, out, err):
             raise approval.ApprovalRefused(approval.EXIT_REPLAN, "gpuops: %s was changed after planning (its sha256 "
                                                                  "does not match): re-plan" % args.plan)
         try:
-            listing = inventory.read_inventory(inputs["inventory"], dict(os.environ, ANSIBLE_COLLECTIONS_PATH=
-                                                                         run.collections_path),
-                                               run.vault_password_file)
+            environ = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=run.collections_path)
+            listing = inventory.read_inventory(inputs["inventory"], environ, run.vault_password_file)
         except inventory.InventoryError as error:
             raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: -i/--inventory: %s" % error)
         policy = policy_of(plan["change_kind"], listing)
