@@ -2,7 +2,8 @@
 two node twins and the Kubernetes API twin, with an inventory whose gpuops_approval_policy makes the driver upgrade
 need a second operator (real ssh-keygen signatures, the real audit trail).
 
-- an apply without approval is refused, and so is one approved by the applier: nothing runs;
+- an apply without approval is refused, and so is one approved by the applier or a direct `gpuops upgrade --apply`:
+  nothing runs;
 - a plan whose cluster changed after the approval (a node joined the inventory) is refused with "re-plan";
 - an approved plan is applied: both nodes end on the target, and the trail names the planner, approver and applier.
 """
@@ -116,9 +117,14 @@ def test_an_apply_without_approval_and_one_approved_by_the_applier_are_refused_a
     approve(fleet, full_plan["file"], "alice")
     refused_cleanly(apply(fleet, full_plan["file"], "alice"), 10, "a second operator must approve")
     os.unlink(str(full_plan["file"]) + ".approval.json")
+    # the runbook run directly would skip the rule: refused where the policy asks for approval
+    direct = gpuops("upgrade", "-i", full_plan["plan"]["inputs"]["inventory"], "-e", "gpuops_driver_version=" + NEW,
+                    "--apply", "--ticket", TICKET, "--confirm", "gpulab", "--data-dir", fleet["data"])
+    assert direct.returncode == 3 and "gpuops apply PLAN" in direct.stderr, direct.stderr
     trail = records(fleet["data"] + "/audit.jsonl")[before:]
-    assert [(record["event"], record["exit_code"], record["applier"]) for record in trail] == [
-        ("apply_refused", 3, "alice@ops"), ("apply_refused", 10, "alice@ops")]
+    assert [(record["event"], record["exit_code"]) for record in trail] == [
+        ("apply_refused", 3), ("apply_refused", 10), ("refused", 3)]
+    assert [record["applier"] for record in trail[:2]] == ["alice@ops", "alice@ops"]
     assert cordoned(fleet) == []
 
 

@@ -132,3 +132,13 @@ def test_apply_refuses_without_approval_with_the_applier_s_own_approval_and_an_e
     assert [record["exit_code"] for record in refused] == [3, 10, 11]
     assert all(record["applier"] == "alice@ops" and record["ticket"] == "CHG-24" for record in refused)
     assert not [record for record in trail(planned) if record["event"] == "runner_start"]   # nothing ran
+
+
+def test_a_direct_apply_is_refused_where_the_policy_asks_for_approval(planned):
+    """`gpuops upgrade --apply` would skip the rule: where the inventory's policy asks for approval it refuses."""
+    errors = []
+    code = main(["upgrade", "-i", planned["plan"]["inputs"]["inventory"], "-e", "gpuops_driver_version=" + NEW,
+                 "--apply", "--ticket", "CHG-24", "--confirm", "lab", "--data-dir", planned["data"],
+                 "--collections-path", planned["collections"]], out=lambda _: None, err=errors.append)
+    assert code == exitcodes.REFUSED and len(errors) == 1 and "gpuops apply PLAN" in errors[0]
+    assert [record["event"] for record in trail(planned)] == ["refused"]

@@ -23,7 +23,7 @@ from gpuops_runner.runbook import RunbookRun, TrailUnwritable, operator
 # A change kind: the runbook whose dry run plans it, the runbook that applies it, the planning task's action and
 # how its result becomes the plan file's batches and node state.
 ChangeKind = collections.namedtuple("ChangeKind", "plan_runbook apply_runbook plan_action read_plan")
-POLICY_VAR = "gpuops_approval_policy"
+POLICY_VAR = inventory.POLICY_VAR
 
 
 def driver_upgrade_plan(result):
@@ -142,22 +142,11 @@ def read_approvals(paths):
 
 
 def policy_of(change_kind, listing):
-    """The change kind's policy: the inventory's gpuops_approval_policy (one value on every node) over the
-    defaults. ApprovalRefused (exit 3) when the nodes disagree or the value is not a mapping of mappings."""
-    hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
-    values = {approval.canonical((hostvars.get(host) or {}).get(POLICY_VAR)) for host in inventory.nodes(listing)}
-    if len(values) > 1:
-        raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: %s differs between the inventory's "
-                                                          "hosts: set it once for the cluster" % POLICY_VAR)
-    value = json.loads(values.pop()) if values else None
-    if value is not None and not (isinstance(value, dict) and all(isinstance(rule, dict) or rule is None
-                                                                  for rule in value.values())):
-        raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: %s must map change kinds to rules "
-                                                          "(require_approval, allowed_signers, ttl_hours)" % POLICY_VAR)
+    """The change kind's policy from the inventory (ApprovalRefused, exit 3, when it is malformed)."""
     try:
-        return approval.policy_for(change_kind, value)
-    except (TypeError, ValueError) as error:
-        raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: %s: %s" % (POLICY_VAR, error))
+        return inventory.approval_policy(listing, change_kind)
+    except inventory.InventoryError as error:
+        raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: %s" % error)
 
 
 def prove_applier(plan, identity, key, allowed_signers):
@@ -256,5 +245,6 @@ def apply_plan(args, ask, out, err):
                                                "the plan (%s): re-plan" % ", ".join(changed)),
                       replan_run_id=replan.run_id, changed=changed)
     run.record("apply", replan_run_id=replan.run_id, **about)
+    run.from_plan = True
     run.start_fields = {"plan_sha256": plan["sha256"], "applier": args.identity, "approver": approver}
     return run.execute()

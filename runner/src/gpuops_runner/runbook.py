@@ -15,8 +15,8 @@ import signal
 import socket
 import sys
 
-from gpuops_runner import (collection, controller, exitcodes, extravars, inventory, options, process, progress, report,
-                           timeline)
+from gpuops_runner import (approval, collection, controller, exitcodes, extravars, inventory, options, process,
+                           progress, report, timeline)
 
 Runbook = collections.namedtuple("Runbook", "playbook apply_allowed summary")
 RUNBOOKS = {
@@ -218,6 +218,7 @@ class RunbookRun:
         self.captured = None
         self.start_fields = {}
         self.extra_vars = {}
+        self.from_plan = False  # gpuops apply PLAN: the two-person rule was checked before this run
         self.after_run = None   # called with the exit code before runner_end; returns the code and its fields
 
     @property
@@ -276,6 +277,15 @@ class RunbookRun:
             listing = inventory.read_inventory(self.inventory, dict(os.environ, **env), self.vault_password_file)
         except inventory.InventoryError as error:
             raise Refused("-i/--inventory: %s" % error)
+        if self.args.apply and not self.from_plan and self.runbook.playbook in approval.DEFAULT_POLICY:
+            try:
+                policy = inventory.approval_policy(listing, self.runbook.playbook)
+            except inventory.InventoryError as error:
+                raise Refused("-i/--inventory: %s" % error)
+            if policy["require_approval"]:
+                raise Refused("%s: %s needs the approval of a second operator: gpuops plan %s --out PLAN, gpuops "
+                              "approve PLAN, gpuops apply PLAN (docs/operations.md)"
+                              % (inventory.POLICY_VAR, self.runbook.playbook, self.runbook.playbook))
         spec = os.path.join(collection.collection_root(self.collections_path), "playbooks", "specs",
                             self.runbook.playbook + ".yml")
         self.controller = controller.settings(len(inventory.nodes(listing)), spec, extra_vars,
