@@ -196,9 +196,10 @@ def apply_plan(args, ask, out, err):
         run.chain.check_writable(run.audit_log)
     except OSError as error:
         raise TrailUnwritable("--audit-log: %s cannot be written (%s)" % (run.audit_log, error.strerror or error))
-    about = {"change_kind": plan["change_kind"], "plan_sha256": plan.get("sha256"), "plan_file": os.path.abspath(
-        args.plan), "cluster": plan.get("cluster"), "planned_by": plan.get("created_by"), "applier": args.identity,
-        "ticket": run.ticket, "operator": operator(run.events)}
+    about = {"change_kind": plan["change_kind"], "plan_sha256": plan.get("sha256"),
+             "plan_file": os.path.abspath(args.plan), "cluster": plan.get("cluster"),
+             "planned_by": plan.get("created_by"), "applier": args.identity or identity_of(run),
+             "ticket": run.ticket, "operator": operator(run.events)}
     approval_files = args.approvals or [args.plan + ".approval.json"]
 
     def refuse(refusal, **fields):
@@ -246,5 +247,5 @@ def apply_plan(args, ask, out, err):
                       replan_run_id=replan.run_id, changed=changed)
     run.record("apply", replan_run_id=replan.run_id, **about)
     run.from_plan = True
-    run.start_fields = {"plan_sha256": plan["sha256"], "applier": args.identity, "approver": approver}
+    run.start_fields = {"plan_sha256": plan["sha256"], "applier": about["applier"], "approver": approver}
     return run.execute()
