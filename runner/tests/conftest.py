@@ -3,6 +3,7 @@ checkout (through a temporary ansible_collections/gpuops/nvidia symlink)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -30,3 +31,23 @@ def chain(collections_path):
 def events(collections_path):
     from gpuops_runner import collection
     return collection.audit_api(collections_path)[1]
+
+
+def keypair(tmp_path, name):
+    key = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+    return key
+
+
+@pytest.fixture()
+def people(tmp_path):
+    """alice@ops and bob@ops: an SSH key each and the allowed-signers file naming both (real ssh-keygen)."""
+    from gpuops_runner import approval
+    alice, bob = keypair(tmp_path, "alice"), keypair(tmp_path, "bob")
+    signers = tmp_path / "allowed_signers"
+    lines = []
+    for who, key in (("alice@ops", alice), ("bob@ops", bob)):
+        pub = (tmp_path / (key.name + ".pub")).read_text().split()
+        lines.append('%s namespaces="%s" %s %s' % (who, approval.NAMESPACE, pub[0], pub[1]))
+    signers.write_text("\n".join(lines) + "\n")
+    return {"alice": str(alice), "bob": str(bob), "signers": str(signers)}

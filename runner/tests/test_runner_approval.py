@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import subprocess
 
 import pytest
 
@@ -10,24 +9,6 @@ from gpuops_runner import approval
 
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.timezone.utc)
 BATCHES = [["gpu-node-1"], ["gpu-node-2"]]
-
-
-def keypair(tmp_path, name):
-    key = tmp_path / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
-    return key
-
-
-@pytest.fixture()
-def people(tmp_path):
-    alice, bob = keypair(tmp_path, "alice"), keypair(tmp_path, "bob")
-    signers = tmp_path / "allowed_signers"
-    lines = []
-    for who, key in (("alice@ops", alice), ("bob@ops", bob)):
-        pub = (tmp_path / (key.name + ".pub")).read_text().split()
-        lines.append('%s namespaces="%s" %s %s' % (who, approval.NAMESPACE, pub[0], pub[1]))
-    signers.write_text("\n".join(lines) + "\n")
-    return {"alice": str(alice), "bob": str(bob), "signers": str(signers)}
 
 
 def a_plan(kind="node_labels"):

@@ -51,7 +51,8 @@ def plan_hash(body):
     return hashlib.sha256(canonical(content)).hexdigest()
 
 
-def make_plan(change_kind, inputs, batches, cluster, collection_version, created_by, now):
+def make_plan(change_kind, inputs, batches, cluster, collection_version, created_by, now, state=None):
+    """The plan file's body; ``state`` is what the plan step saw of the nodes (e.g. each node's driver now)."""
     body = {
         "format": PLAN_FORMAT,
         "change_kind": change_kind,
@@ -62,13 +63,15 @@ def make_plan(change_kind, inputs, batches, cluster, collection_version, created
         "created_by": created_by,
         "created_at": _ts(now),
     }
+    if state is not None:
+        body["state"] = copy.deepcopy(state)
     body["sha256"] = plan_hash(body)
     return body
 
 
 def cluster_view(plan):
-    """What a re-plan must reproduce: kind, inputs, batches, cluster, collection version."""
-    return {k: plan.get(k) for k in ("change_kind", "inputs", "batches", "cluster", "collection_version")}
+    """What a re-plan must reproduce: kind, inputs, batches, the nodes' state, cluster, collection version."""
+    return {k: plan.get(k) for k in ("change_kind", "inputs", "batches", "state", "cluster", "collection_version")}
 
 
 def policy_for(change_kind, inventory_policy=None):

@@ -10,13 +10,14 @@ import os
 import sys
 import traceback
 
-from gpuops_runner import __version__, approval, collection, controller, exitcodes, options
+from gpuops_runner import __version__, approval, collection, controller, exitcodes, options, plans
 from gpuops_runner.runbook import RUNBOOKS, RunbookRun, TrailUnwritable
 
 DEFAULT_DATA_DIR = os.environ.get("GPUOPS_DATA_DIR", "~/.local/share/gpuops")
 DEFAULT_KEEP_RUNS = 50
 EPILOG = ("exit codes: 0 done, 2 usage, 3 refused, 4 gate failed, 5 node failed, 6 interrupted, 7 ansible error, "
-          "8 audit trail not writable; audit verify: 0 intact, 1 tampered, 2 unreadable, 3 key problem")
+          "8 audit trail not writable; apply PLAN also: 10 approved by the applier, 11 re-plan, 12 approval expired, "
+          "13 signature does not verify; audit verify: 0 intact, 1 tampered, 2 unreadable, 3 key problem")
 
 
 def version_text():
@@ -36,6 +37,12 @@ def add_runbook_parser(commands, name):
     description = "gpuops %s: %s. Runs gpuops.nvidia.%s." % (name, runbook.summary, runbook.playbook)
     sub = commands.add_parser(name, help=runbook.summary, epilog=EPILOG, description=description)
     sub.set_defaults(runbook=name)
+    if name == "plan":
+        kinds = sorted(plans.CHANGE_KINDS)
+        sub.add_argument("change", nargs="?", choices=kinds, metavar="CHANGE_KIND",
+                         help="the change kind to plan (%s; default driver_upgrade)" % ", ".join(kinds))
+        sub.add_argument("--out", metavar="PLAN",
+                         help="write the plan file for gpuops approve / gpuops apply (docs/operations.md)")
     sub.add_argument("-i", "--inventory", required=True,
                      help="any inventory source ansible accepts: a file, a directory, a script or plugin "
                           "configuration, or host1,host2,")
@@ -111,7 +118,41 @@ def build_parser():
     approve.add_argument("--ttl-hours", type=options.positive_int, default=approval.DEFAULT_APPROVAL_TTL_H,
                          help="how long the approval is valid (default %(default)s)")
     approve.add_argument("--out", help="where the approval is written (default PLAN.approval.json)")
+    add_apply_parser(commands)
     return parser
+
+
+def add_run_options(sub):
+    """The options of a run that do not change what it does (where things go, how it is shown)."""
+    sub.add_argument("--vault-password-file", help="passed to ansible by path (its content is never copied)")
+    sub.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="runs/ and audit.jsonl live here "
+                                                                  "(default %(default)s, $GPUOPS_DATA_DIR)")
+    sub.add_argument("--audit-log", help="audit trail file (default DATA_DIR/audit.jsonl)")
+    sub.add_argument("--keep-runs", type=options.positive_int, default=DEFAULT_KEEP_RUNS,
+                     help="run folders kept under DATA_DIR/runs (default %(default)s)")
+    sub.add_argument("--forks-cap", type=options.positive_int, default=controller.FORKS_CAP_DEFAULT,
+                     help="most forks the run gets (default %(default)s)")
+    sub.add_argument("--collections-path", help="folder holding ansible_collections/gpuops/nvidia")
+    shown = sub.add_mutually_exclusive_group()
+    shown.add_argument("-v", "--verbose", action="store_true", help="show ansible's own output")
+    shown.add_argument("-q", "--quiet", action="store_true", help="hide the progress lines (the summary stays)")
+
+
+def add_apply_parser(commands):
+    sub = commands.add_parser(
+        "apply", help="apply a plan file under the two-person rule (docs/operations.md)", epilog=EPILOG,
+        description="Check PLAN (its sha256, the change kind's gpuops_approval_policy from the inventory, the "
+                    "approval of a second operator), plan again against the cluster (any difference: re-plan), "
+                    "then run the runbook confirmed with the plan's inputs.")
+    sub.add_argument("plan")
+    sub.add_argument("--ticket", required=True, help="change/incident id, recorded in the audit trail")
+    sub.add_argument("--approval", dest="approvals", action="append", default=[], metavar="FILE",
+                     help="an approval from gpuops approve (repeatable; default PLAN.approval.json)")
+    sub.add_argument("--as", dest="identity", help="your identity as the allowed-signers file names it (needed "
+                                                   "when the change kind needs approval)")
+    sub.add_argument("--key", help="your SSH private key: proves --as (needed when the change kind needs approval)")
+    sub.add_argument("--confirm", metavar="CLUSTER", help="the cluster name typed (else asked on the terminal)")
+    add_run_options(sub)
 
 
 def approve_plan(args, out, err):
@@ -203,10 +244,17 @@ def main(argv=None, out=None, err=None):
             return verify(args, out, err)
         if args.command == "approve":
             return approve_plan(args, out, err)
+        if args.command == "apply":
+            return plans.apply_plan(args, ask_on_terminal(), out, err)
+        if args.command == "plan" and args.out is not None:
+            return plans.plan_to_file(args, out, err)
         return RunbookRun(args, ask=ask_on_terminal(), out=out, err=err).execute()
     except (options.UsageError, collection.CollectionNotFound) as error:
         err("gpuops: %s" % error)
         return exitcodes.USAGE
+    except approval.ApprovalRefused as refusal:
+        err(refusal.message)
+        return refusal.exit_code
     except TrailUnwritable as error:
         err("gpuops: %s: nothing more ran (the trail fails closed)" % error)
         return exitcodes.AUDIT_UNWRITABLE

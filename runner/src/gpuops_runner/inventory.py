@@ -4,9 +4,13 @@ the one cluster they all belong to."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 
+from gpuops_runner import approval
+
 CLUSTER_VAR = "gpuops_cluster_name"
+POLICY_VAR = "gpuops_approval_policy"
 # ansible's implicit localhost names: the controller, never a node of some cluster
 CONTROLLER_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -72,6 +76,24 @@ def the_cluster(listing):
         raise InventoryError("the inventory's hosts belong to several clusters (%s): one inventory, one cluster"
                              % "; ".join("%s: %s" % (name, _few(members)) for name, members in sorted(by_name.items())))
     return next(iter(by_name))
+
+
+def approval_policy(listing, change_kind):
+    """The change kind's two-person policy: the inventory's gpuops_approval_policy (one value on every node) over
+    the risk table's defaults. InventoryError when the nodes disagree or the value is malformed."""
+    hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
+    values = {approval.canonical((hostvars.get(host) or {}).get(POLICY_VAR)) for host in nodes(listing)}
+    if len(values) > 1:
+        raise InventoryError("%s differs between the inventory's hosts: set it once for the cluster" % POLICY_VAR)
+    value = json.loads(values.pop()) if values else None
+    if value is not None and not (isinstance(value, dict) and all(isinstance(rule, dict) or rule is None
+                                                                  for rule in value.values())):
+        raise InventoryError("%s must map change kinds to rules (require_approval, allowed_signers, ttl_hours)"
+                             % POLICY_VAR)
+    try:
+        return approval.policy_for(change_kind, value)
+    except (TypeError, ValueError) as error:
+        raise InventoryError("%s: %s" % (POLICY_VAR, error))
 
 
 def _few(names, shown=5):

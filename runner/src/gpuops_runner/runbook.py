@@ -15,8 +15,8 @@ import signal
 import socket
 import sys
 
-from gpuops_runner import (collection, controller, exitcodes, extravars, inventory, options, process, progress, report,
-                           timeline)
+from gpuops_runner import (approval, collection, controller, exitcodes, extravars, inventory, options, process,
+                           progress, report, timeline)
 
 Runbook = collections.namedtuple("Runbook", "playbook apply_allowed summary")
 RUNBOOKS = {
@@ -213,10 +213,21 @@ class RunbookRun:
         self.cluster = None
         self.controller = None
         self.interrupted = None
+        # the plan files (plans.py): the result of this module's task is kept, and these fields go to runner_start
+        self.capture_action = None
+        self.captured = None
+        self.start_fields = {}
+        self.extra_vars = {}
+        self.from_plan = False  # gpuops apply PLAN: the two-person rule was checked before this run
+        self.after_run = None   # called with the exit code before runner_end; returns the code and its fields
 
     @property
     def mode(self):
         return "apply" if self.args.apply else "check"
+
+    def record(self, event, **fields):
+        """One line of this run in the audit trail (TrailUnwritable when it cannot be written)."""
+        self._append(event, **fields)
 
     def _append(self, event, **fields):
         record = {"event": event, "run_id": self.run_id, "ts": utc_now(), "runbook": self.args.runbook,
@@ -252,6 +263,7 @@ class RunbookRun:
             extra_vars = extravars.parse(self.args.extra_vars, self.events.is_secret_name)
         except extravars.ExtraVarsRefused as refusal:
             raise Refused(str(refusal))
+        self.extra_vars = dict(extra_vars)   # the run's inputs as given (before gpuops adds its own)
         if self.args.apply and not self.runbook.apply_allowed:
             raise Refused("gpuops %s is a dry run by definition: use gpuops upgrade --apply" % self.args.runbook)
         if self.args.apply and not self.ticket:
@@ -265,6 +277,15 @@ class RunbookRun:
             listing = inventory.read_inventory(self.inventory, dict(os.environ, **env), self.vault_password_file)
         except inventory.InventoryError as error:
             raise Refused("-i/--inventory: %s" % error)
+        if self.args.apply and not self.from_plan and self.runbook.playbook in approval.DEFAULT_POLICY:
+            try:
+                policy = inventory.approval_policy(listing, self.runbook.playbook)
+            except inventory.InventoryError as error:
+                raise Refused("-i/--inventory: %s" % error)
+            if policy["require_approval"]:
+                raise Refused("%s: %s needs the approval of a second operator: gpuops plan %s --out PLAN, gpuops "
+                              "approve PLAN, gpuops apply PLAN (docs/operations.md)"
+                              % (inventory.POLICY_VAR, self.runbook.playbook, self.runbook.playbook))
         spec = os.path.join(collection.collection_root(self.collections_path), "playbooks", "specs",
                             self.runbook.playbook + ".yml")
         self.controller = controller.settings(len(inventory.nodes(listing)), spec, extra_vars,
@@ -304,7 +325,7 @@ class RunbookRun:
             return self._finish(exitcodes.REFUSED)
         # the first line of the run, written before the playbook starts: proves the trail takes lines
         self._append("runner_start", cluster=self.cluster, limit=self.limit, extra_vars=sorted(extra_vars),
-                     controller=self.controller.as_record(), **about)
+                     controller=self.controller.as_record(), **dict(about, **self.start_fields))
         if not self.args.quiet:
             self.err("gpuops: %s" % self.controller.line())
         return self._run(env, extra_vars)
@@ -332,6 +353,10 @@ class RunbookRun:
                 scrubbed.append(True)
             kept = censor_event(event, env_secrets)
             kept_events.append(kept)
+            data = kept.get("event_data") or {}
+            if (self.capture_action and kept.get("event") == "runner_on_ok"
+                    and data.get("task_action") == self.capture_action):
+                self.captured = data.get("res")
             if not self.args.quiet:
                 line = progress.line_for(kept)
                 if line:    # on stderr: stdout holds the summary alone, for whoever reads or pipes it
@@ -371,6 +396,9 @@ class RunbookRun:
         if self.interrupted:
             fields = {"reason": "stopped by %s" % self.interrupted, "playbook_stopped": True}
             self.err("gpuops: interrupted by %s: the playbook was stopped" % self.interrupted)
+        if self.after_run is not None and code == exitcodes.DONE:
+            code, more = self.after_run(code)
+            fields.update(more)
         self._append("runner_end", exit_code=code, outcome=exitcodes.MEANING[code], runner_status=result.status,
                      runner_rc=result.rc, cluster=self.cluster, artifacts=artifact_dir, **fields)
         return self._finish(code)
