@@ -22,6 +22,14 @@ API_FAULTS = {
     "lease-409": {"path": "/leases/gpuops-nvidia-rollout$", "methods": ["PUT"], "code": 409, "count": 2},
 }
 FAULT_KINDS = NODE_FAULTS + OTHER_FAULTS + tuple(API_FAULTS)
+# the API server's connections: a restart (every request dropped unanswered for a moment) and its watches closed
+# early. Not in FAULT_KINDS, so that a recorded seed draws the same round: a round takes them with
+# `chaos.py --kinds` (CONNECTION_KINDS adds them to the rest)
+CONNECTION_FAULTS = {
+    "api-restart": {"path": "^/", "reset": True, "count": 12},
+    "watch-closed-early": {"path": "^/", "watch_close_s": 1, "count": 20},
+}
+CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
 # faults that end by themselves after `hold_s` (the rest last until the round's end, when the harness clears all)
 RELEASED_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                    "kubelet-down")
