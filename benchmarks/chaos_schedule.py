@@ -30,6 +30,9 @@ CONNECTION_FAULTS = {
     "watch-closed-early": {"path": "^/", "watch_close_s": 1, "count": 20},
 }
 CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
+# the controller's established SSH connection to a node cut (chaos_faults.cut_ssh_connections); drawn by no set
+# yet, so that the connection rounds recorded replay the same
+SSH_CUT = "ssh-cut"
 # faults that end by themselves after `hold_s` (the rest last until the round's end, when the harness clears all)
 RELEASED_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                    "kubelet-down")
@@ -77,7 +80,7 @@ def draw_trigger(rng: random.Random, nodes: int) -> dict:
 def draw_fault(rng: random.Random, nodes: list, kinds=FAULT_KINDS) -> dict:
     kind = rng.choice(kinds)
     fault = {"kind": kind, "trigger": draw_trigger(rng, len(nodes))}
-    if kind in NODE_FAULTS or kind in ("pdb-block-release", "ssh-drop"):
+    if kind in NODE_FAULTS or kind in ("pdb-block-release", "ssh-drop", "ssh-cut"):
         fault["node"] = rng.choice(nodes)
     if kind in RELEASED_FAULTS:
         fault["hold_s"] = round(rng.uniform(2, 25), 1)
