@@ -27,7 +27,7 @@ FAULT_KINDS = NODE_FAULTS + OTHER_FAULTS + tuple(API_FAULTS)
 # `chaos.py --kinds` (CONNECTION_KINDS adds them to the rest)
 CONNECTION_FAULTS = {
     "api-restart": {"path": "^/", "reset": True, "count": 12},
-    "watch-closed-early": {"path": "^/", "watch_close_s": 1, "count": 20},
+    "watch-closed-early": {"path": "^/", "close_watch_after_s": 1, "count": 20},
 }
 CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
 # the controller's established SSH connection to a node cut (chaos_faults.cut_ssh_connections); drawn by no set

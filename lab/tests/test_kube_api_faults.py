@@ -3,6 +3,7 @@ the matching requests, or hold one, for as many requests as the rule says; no fi
 real requests to an in-process server."""
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import time
@@ -102,3 +103,14 @@ def test_a_watch_closed_early_ends_its_stream_cleanly_and_only_watches_take_the_
     assert call(server, "/api/v1/nodes")[0] == 200                # a list is served and leaves the rule alone
     assert watch_lasts(server, "/api/v1/nodes?watch=true&timeoutSeconds=6") < 4      # closed after ~1 s
     assert watch_lasts(server, "/api/v1/watch/nodes?timeoutSeconds=3") >= 2.5        # the count is spent
+
+
+def test_a_reset_rule_drops_the_connection_unanswered_then_serves_again(api):
+    """What a client sees while the API server restarts: no answer at all, then service as before."""
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "reset": True, "count": 2}]))
+    for _ in range(2):
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException, ssl.SSLError)):
+            call(server, "/api/v1/nodes")
+    code, nodes = call(server, "/api/v1/nodes")
+    assert code == 200 and [node["metadata"]["name"] for node in nodes["items"]] == ["gpu-node-01"]

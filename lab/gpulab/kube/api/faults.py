@@ -4,15 +4,17 @@
     [{"path": "^/api/v1/nodes", "methods": ["GET"], "code": 500, "count": 5},
      {"path": "/leases/", "methods": ["PUT"], "code": 409, "count": 1},
      {"path": "^/api/v1/nodes", "hang_s": 20, "count": 1},
-     {"path": "^/api/v1/nodes", "close_watch_after_s": 2, "count": 1}]
+     {"path": "^/api/v1/nodes", "close_watch_after_s": 2, "count": 1},
+     {"path": "^/", "reset": true, "count": 12}]
 
 A rule applies to requests whose path matches its ``path`` regex (and method, when ``methods`` is given): each of
 its first ``count`` ones (default 1) is held ``hang_s`` seconds (default 0), then answered with ``code`` as a
 ``metav1.Status`` (429 with ``retryAfterSeconds`` 1, as kube-apiserver's priority and fairness does), or served
 as usual when the rule has no code. A rule with ``close_watch_after_s`` ends a matching watch's stream that many
 seconds after it starts, cleanly, as kube-apiserver does when a watch's own timeout passes or the server restarts:
-the client must watch again from its last resourceVersion (or list again). A changed file starts every count
-again; no file, no fault.
+the client must watch again from its last resourceVersion (or list again). A rule with ``reset`` drops the
+connection without an answer (what a client sees while the API server restarts: connection reset, or the remote
+end closed without a response). A changed file starts every count again; no file, no fault.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ REASONS = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "
 
 
 class ApiFaults:
-    """``take(method, path, watch)`` -> (hang_s, ApiError or None, close_watch_after_s or None) for the first rule
-    that still applies, or None. A ``close_watch_after_s`` rule applies to watch requests only."""
+    """``take(method, path, watch)`` -> (hang_s, ApiError or None, close_watch_after_s or None, reset) for the first
+    rule that still applies, or None. A ``close_watch_after_s`` rule applies to watch requests only."""
 
     def __init__(self, path: str):
         self.path = path
@@ -70,7 +72,7 @@ class ApiFaults:
                     continue
                 rule["left"] -= 1
                 return (float(rule.get("hang_s", 0)), error_for(rule.get("code")),
-                        float(close_after_s) if close_after_s is not None else None)
+                        float(close_after_s) if close_after_s is not None else None, bool(rule.get("reset")))
         return None
 
 

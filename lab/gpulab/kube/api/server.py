@@ -147,8 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
     def _injected_fault(self, path: str, query: str) -> None:
-        """A fault of ``faults.py`` for this request: held, then answered with its error (or served); a watch
-        may be given an early end (``self._close_watch_after_s``)."""
+        """A fault of ``faults.py`` for this request: held, then answered with its error, dropped unanswered, or
+        served; a watch may be given an early end (``self._close_watch_after_s``)."""
         self._close_watch_after_s = None
         if self.api.faults is None:
             return
@@ -156,9 +156,15 @@ class _Handler(BaseHTTPRequestHandler):
         taken = self.api.faults.take(self.command, path, watch)
         if taken is None:
             return
-        hang_s, error, self._close_watch_after_s = taken
+        hang_s, error, self._close_watch_after_s, reset = taken
         if hang_s:
             time.sleep(hang_s)
+        if reset:       # as during a restart: the connection dropped unanswered
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            raise ConnectionResetError("injected fault: connection dropped (gpulab api-faults.json)")
         if error is not None:
             raise error
 
