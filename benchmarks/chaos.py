@@ -47,7 +47,7 @@ from chaos_faults import Injector  # noqa: E402
 from chaos_invariants import (FINAL_STATES, audit_names_actions, audit_ts, budget_at_own_cordons,  # noqa: E402
                               lock_at_end, node_end_state, reboots_per_upgrade, record_of, run_agrees,
                               silences_left, twin_actions, untouched_after_a_stop, violation)
-from chaos_schedule import CONNECTION_KINDS, budget_of, plan_round  # noqa: E402
+from chaos_schedule import KIND_SETS, budget_of, plan_round  # noqa: E402
 from conftest import collections_path, start_lab, stop_lab  # noqa: E402
 from gpulab.kube.api.recorder import read_records  # noqa: E402
 from gpulab.kube.sim.checker import check_records  # noqa: E402
@@ -496,15 +496,16 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, help="fleet size of every round (default: drawn, 4-8)")
     parser.add_argument("--work-dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpuops-chaos"))
     parser.add_argument("--results", default=RESULTS)
-    parser.add_argument("--kinds", choices=("default", "connections"), default="default",
-                        help="faults drawn: the recorded set, or that and the API server's restart and early-closed"
-                        " watches (chaos_schedule.CONNECTION_FAULTS)")
+    parser.add_argument("--kinds", choices=tuple(KIND_SETS), default="default",
+                        help="faults drawn: the recorded set; connections: that and the API server's restart and"
+                        " early-closed watches (chaos_schedule.CONNECTION_FAULTS); ssh: those and ssh-cut")
     parser.add_argument("--report", action="store_true", help="only rewrite chaos.md from the results")
     args = parser.parse_args()
     broken = 0
     for seed in [] if args.report else args.seeds:
         result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes,
-                           kinds=CONNECTION_KINDS if args.kinds == "connections" else None)
+                           kinds=None if args.kinds == "default" else KIND_SETS[args.kinds])
+        result["kinds"] = args.kinds    # the set the faults were drawn from: `--kinds` replays the round
         print("seed %s: %d violation(s), %s, %.0f s -> %s" % (seed, len(result["violations"]), result["end_states"],
                                                              result["wall_s"], write_result(result, args.results)))
         broken += bool(result["violations"])

@@ -30,9 +30,11 @@ CONNECTION_FAULTS = {
     "watch-closed-early": {"path": "^/", "close_watch_after_s": 1, "count": 20},
 }
 CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
-# the controller's established SSH connection to a node cut (chaos_faults.cut_ssh_connections); drawn by no set
-# yet, so that the connection rounds recorded replay the same
+# the controller's established SSH connection to a node cut (chaos_faults.cut_ssh_connections); drawn only by
+# `chaos.py --kinds ssh` (SSH_KINDS), so that the connection rounds recorded replay the same
 SSH_CUT = "ssh-cut"
+SSH_KINDS = CONNECTION_KINDS + (SSH_CUT,)
+KIND_SETS = {"default": FAULT_KINDS, "connections": CONNECTION_KINDS, "ssh": SSH_KINDS}
 # faults that end by themselves after `hold_s` (the rest last until the round's end, when the harness clears all)
 RELEASED_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                    "kubelet-down")
