@@ -96,7 +96,7 @@ clean:
 
 # the chaos soak of the driver roll-out (benchmarks/chaos.py, root): one round per seed, results in
 # benchmarks/results/chaos/<seed>.json and benchmarks/results/chaos.md; CHAOS_NODES=4 fixes the fleet size,
-# CHAOS_KINDS=connections adds the API server restart and early-closed watches, CHAOS_KINDS=ssh those and ssh-cut
+# CHAOS_KINDS=connections adds the API server restart and early-closed watches, CHAOS_KINDS=ssh those and ssh-cut, CHAOS_KINDS=restarts those and api-down
 SEEDS ?= 1
 CHAOS_NODES ?=
 chaos: deps tree

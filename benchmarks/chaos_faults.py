@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from chaos_schedule import API_FAULTS, CONNECTION_FAULTS, NODE_FAULTS
+from chaos_schedule import API_FAULTS, CONNECTION_FAULTS, NODE_FAULTS, RESTART_FAULTS
 
 LOCK_NAME, LOCK_NAMESPACE = "gpuops-nvidia-rollout", "kube-system"
 OTHER_HOLDER = "mallory@bastion-9/chaos"
@@ -96,8 +96,9 @@ class Injector:
             return self._stop(self.alertmanager.process.pid if self.alertmanager else None)
         if kind == "lock-taken":
             return self._take_lock()
-        if kind in API_FAULTS or kind in CONNECTION_FAULTS:
-            return self._write_api_rules(self.api_rules + [dict(API_FAULTS, **CONNECTION_FAULTS)[kind]])
+        rules = dict(API_FAULTS, **CONNECTION_FAULTS, **RESTART_FAULTS)
+        if kind in rules:
+            return self._write_api_rules(self.api_rules + [rules[kind]])
         raise ValueError("no injector for fault %r" % kind)
 
     def release(self, fault: dict) -> None:

@@ -34,7 +34,14 @@ CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
 # `chaos.py --kinds ssh` (SSH_KINDS), so that the connection rounds recorded replay the same
 SSH_CUT = "ssh-cut"
 SSH_KINDS = CONNECTION_KINDS + (SSH_CUT,)
-KIND_SETS = {"default": FAULT_KINDS, "connections": CONNECTION_KINDS, "ssh": SSH_KINDS}
+# the API server down for a while (every request dropped for `for_s` seconds, however often clients retry): the
+# restart api-restart stands for, bounded in time (api-restart's count of 12 lasts as long as one retrying client
+# needs to spend it: 30 s of back-off, chaos seed 31). Drawn only by `--kinds restarts`
+RESTART_FAULTS = {
+    "api-down": {"path": "^/", "reset": True, "for_s": 12},
+}
+RESTART_KINDS = SSH_KINDS + tuple(RESTART_FAULTS)
+KIND_SETS = {"default": FAULT_KINDS, "connections": CONNECTION_KINDS, "ssh": SSH_KINDS, "restarts": RESTART_KINDS}
 # faults that end by themselves after `hold_s` (the rest last until the round's end, when the harness clears all)
 RELEASED_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                    "kubelet-down")

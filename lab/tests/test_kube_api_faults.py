@@ -114,3 +114,18 @@ def test_a_reset_rule_drops_the_connection_unanswered_then_serves_again(api):
             call(server, "/api/v1/nodes")
     code, nodes = call(server, "/api/v1/nodes")
     assert code == 200 and [node["metadata"]["name"] for node in nodes["items"]] == ["gpu-node-01"]
+
+
+def test_a_for_s_rule_drops_every_request_for_that_long_however_many_then_serves(api):
+    """An API server down for 2 s: every request meanwhile dropped, not just a count of them."""
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "reset": True, "for_s": 2}]))
+    started = time.monotonic()
+    dropped = 0
+    while time.monotonic() - started < 1.5:
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException, ssl.SSLError)):
+            call(server, "/api/v1/nodes")
+        dropped += 1
+    assert dropped > 3
+    time.sleep(max(0.0, 2.1 - (time.monotonic() - started)))
+    assert call(server, "/api/v1/nodes")[0] == 200

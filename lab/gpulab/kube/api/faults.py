@@ -5,7 +5,8 @@
      {"path": "/leases/", "methods": ["PUT"], "code": 409, "count": 1},
      {"path": "^/api/v1/nodes", "hang_s": 20, "count": 1},
      {"path": "^/api/v1/nodes", "close_watch_after_s": 2, "count": 1},
-     {"path": "^/", "reset": true, "count": 12}]
+     {"path": "^/", "reset": true, "count": 12},
+     {"path": "^/", "reset": true, "for_s": 12}]
 
 A rule applies to requests whose path matches its ``path`` regex (and method, when ``methods`` is given): each of
 its first ``count`` ones (default 1) is held ``hang_s`` seconds (default 0), then answered with ``code`` as a
@@ -14,7 +15,9 @@ as usual when the rule has no code. A rule with ``close_watch_after_s`` ends a m
 seconds after it starts, cleanly, as kube-apiserver does when a watch's own timeout passes or the server restarts:
 the client must watch again from its last resourceVersion (or list again). A rule with ``reset`` drops the
 connection without an answer (what a client sees while the API server restarts: connection reset, or the remote
-end closed without a response). A changed file starts every count again; no file, no fault.
+end closed without a response). A rule with ``for_s`` applies to every matching request for that many seconds
+from the first one it applies to, its count ignored (an API server down for a while, however often clients
+retry meanwhile). A changed file starts every count (and every ``for_s``) again; no file, no fault.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import threading
+import time
 from typing import Optional
 
 from .errors import ApiError
@@ -70,7 +74,13 @@ class ApiFaults:
                 close_after_s = rule.get("close_watch_after_s")
                 if close_after_s is not None and not watch:
                     continue
-                rule["left"] -= 1
+                if rule.get("for_s") is not None:
+                    now = time.monotonic()
+                    rule.setdefault("until", now + float(rule["for_s"]))
+                    if now >= rule["until"]:
+                        continue
+                else:
+                    rule["left"] -= 1
                 return (float(rule.get("hang_s", 0)), error_for(rule.get("code")),
                         float(close_after_s) if close_after_s is not None else None, bool(rule.get("reset")))
         return None
