@@ -328,7 +328,8 @@ def request(api, method, path, query=None, body=None, content_type=None, timeout
     a connection reset or closed without an answer, or an answer 500/502/503/504 (an idempotent call only,
     ``idempotent_call``: the server may have acted on it); 429 Too Many Requests (the API server's priority and
     fairness refused it unprocessed: any call but an eviction, whose 429 is the disruption budget's answer for the
-    drain to decide), waiting what its Retry-After asks, and not at all when that is past the window. A timeout is
+    drain to decide), waiting what its Retry-After (or its Status's ``retryAfterSeconds``) asks, and not at all
+    when that is past the window. A timeout is
     never retried (the wait was already long), nor any other answer: a 409 Conflict goes back to the caller, who
     reads the object again and decides.
     """
@@ -381,14 +382,27 @@ def request(api, method, path, query=None, body=None, content_type=None, timeout
                 response.release_conn()
             wait_s = None
             if response.status == 429:
-                wait_s = retry_after(attempt, deadline, not path.endswith('/eviction'),
-                                     response.headers.get('Retry-After'))
+                wait_s = retry_after(attempt, deadline, not path.endswith('/eviction'), asked_wait(response, data))
             elif response.status in RETRY_STATUSES:
-                wait_s = retry_after(attempt, deadline, idempotent, response.headers.get('Retry-After'))
+                wait_s = retry_after(attempt, deadline, idempotent, asked_wait(response, data))
             if wait_s is None:
                 raise ApiError(response.status, response.reason, data, dict(response.headers), call=call,
                                attempts=attempt)
         time.sleep(wait_s)
+
+
+def asked_wait(response, data):
+    """The wait an error answer asks for: its Retry-After header, else its Status's
+    ``details.retryAfterSeconds`` (None when neither)."""
+    header = response.headers.get('Retry-After')
+    if header is not None:
+        return header
+    try:
+        status = json.loads(data.decode('utf-8', 'replace') if isinstance(data, bytes) else data or '')
+    except ValueError:
+        return None
+    details = status.get('details') if isinstance(status, dict) else None
+    return details.get('retryAfterSeconds') if isinstance(details, dict) else None
 
 
 def retry_after(attempt, deadline, retriable, asked=None, now=None):

@@ -49,8 +49,10 @@ class Scripted(BaseHTTPRequestHandler):
         if code < 300:
             data = json.dumps({"metadata": {"resourceVersion": "8"}}).encode()
         else:
-            data = json.dumps({"kind": "Status", "code": code, "reason": "Reason%d" % code,
-                               "message": "answered %d" % code}).encode()
+            status = {"kind": "Status", "code": code, "reason": "Reason%d" % code, "message": "answered %d" % code}
+            if "X-Status-Details" in headers:       # retryAfterSeconds in the body only
+                status["details"] = {"retryAfterSeconds": int(headers.pop("X-Status-Details"))}
+            data = json.dumps(status).encode()
         self.send_response(code)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -166,6 +168,13 @@ def test_a_429_waits_what_retry_after_asks_and_is_retried_for_a_create(scripted)
     request_json(api_at(scripted.server_address[1]), "POST", LEASES, body={"metadata": {"name": "lock"}})
     (first, second) = scripted.calls
     assert (first[0], second[0]) == ("POST", "POST") and 1.9 <= second[2] - first[2] < 3
+
+
+def test_a_429_without_the_header_waits_what_its_status_details_ask(scripted):
+    scripted.script = [(429, {"X-Status-Details": "2"})]
+    request_json(api_at(scripted.server_address[1]), "GET", LEASE)
+    (first, second) = scripted.calls
+    assert 1.9 <= second[2] - first[2] < 3
 
 
 def test_a_429_whose_retry_after_is_past_the_window_fails_at_once(scripted):
