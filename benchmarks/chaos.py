@@ -499,7 +499,7 @@ def main() -> int:
     parser.add_argument("--kinds", choices=tuple(KIND_SETS), default="default",
                         help="faults drawn: the recorded set; connections: that and the API server's restart and"
                         " early-closed watches (chaos_schedule.CONNECTION_FAULTS); ssh: those and ssh-cut; restarts: those and"
-                        " api-down (the API server down 12 s)")
+                        " api-down (the API server restarting, down 12 s)")
     parser.add_argument("--report", action="store_true", help="only rewrite chaos.md from the results")
     args = parser.parse_args()
     broken = 0

@@ -34,11 +34,12 @@ CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
 # `chaos.py --kinds ssh` (SSH_KINDS), so that the connection rounds recorded replay the same
 SSH_CUT = "ssh-cut"
 SSH_KINDS = CONNECTION_KINDS + (SSH_CUT,)
-# the API server down for a while (every request dropped for `for_s` seconds, however often clients retry): the
-# restart api-restart stands for, bounded in time (api-restart's count of 12 lasts as long as one retrying client
-# needs to spend it: 30 s of back-off, chaos seed 31). Drawn only by `--kinds restarts`
+# the API server restarting, down for 12 s (its listener closed: new connections refused, requests on open ones
+# dropped; then the same port, the objects kept): the restart api-restart stands for, bounded in time
+# (api-restart's count of 12 lasts as long as one retrying client needs to spend it: 30 s of back-off, chaos seed
+# 31). Drawn only by `--kinds restarts`
 RESTART_FAULTS = {
-    "api-down": {"path": "^/", "reset": True, "for_s": 12},
+    "api-down": {"path": "^/", "refuse": True, "for_s": 12},
 }
 RESTART_KINDS = SSH_KINDS + tuple(RESTART_FAULTS)
 KIND_SETS = {"default": FAULT_KINDS, "connections": CONNECTION_KINDS, "ssh": SSH_KINDS, "restarts": RESTART_KINDS}

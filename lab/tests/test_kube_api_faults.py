@@ -129,3 +129,23 @@ def test_a_for_s_rule_drops_every_request_for_that_long_however_many_then_serves
     assert dropped > 3
     time.sleep(max(0.0, 2.1 - (time.monotonic() - started)))
     assert call(server, "/api/v1/nodes")[0] == 200
+
+
+def test_a_refuse_rule_closes_the_listener_for_its_for_s_then_serves_on_the_same_port(api):
+    """A restart as clients see it: the request that meets it is dropped, new connections are refused while the
+    server is down, then the same port answers with the objects kept."""
+    server, rules = api
+    port = server.port
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "refuse": True, "for_s": 2}]))
+    started = time.monotonic()
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException, ssl.SSLError)):
+        call(server, "/api/v1/nodes")
+    time.sleep(0.5)
+    with pytest.raises(urllib.error.URLError) as caught:
+        call(server, "/api/v1/nodes")
+    assert isinstance(caught.value.reason, ConnectionRefusedError)
+    while time.monotonic() - started < 2.3:
+        time.sleep(0.1)
+    code, nodes = call(server, "/api/v1/nodes")
+    assert code == 200 and server.port == port
+    assert [node["metadata"]["name"] for node in nodes["items"]] == ["gpu-node-01"]
