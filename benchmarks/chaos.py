@@ -468,7 +468,8 @@ def write_markdown(results_dir: str) -> str:
         for state in result["end_states"].values():
             states[state or "untouched"] = states.get(state or "untouched", 0) + 1
         lines.append("| %s | %d | %s (%d) | %s | %s | %s | %s | %s | %s | %d | %.0f |" % (
-            result["seed"], result["nodes"], inputs["gpuops_max_unavailable"], result["budget"],
+            "%s%s" % (result["seed"], "" if result.get("kinds", "default") == "default" else " (--kinds %s)" % result["kinds"]),
+            result["nodes"], inputs["gpuops_max_unavailable"], result["budget"],
             json.dumps(inputs["gpuops_upgrade_batches"]), "on" if inputs["gpuops_rollback_on_failure"] else "off",
             "yes" if inputs["wait_for_jobs"] else "no", faults,
             ", ".join(str(run["rc"]) + (" (killed)" if run["killed"] else "") for run in result["runs"]),
