@@ -468,7 +468,8 @@ def write_markdown(results_dir: str) -> str:
         for state in result["end_states"].values():
             states[state or "untouched"] = states.get(state or "untouched", 0) + 1
         lines.append("| %s | %d | %s (%d) | %s | %s | %s | %s | %s | %s | %d | %.0f |" % (
-            "%s%s" % (result["seed"], "" if result.get("kinds", "default") == "default" else " (--kinds %s)" % result["kinds"]),
+            "%s%s" % (result["seed"], "" if result.get("kinds", "default") == "default"
+                      else " (--kinds %s)" % result["kinds"]),
             result["nodes"], inputs["gpuops_max_unavailable"], result["budget"],
             json.dumps(inputs["gpuops_upgrade_batches"]), "on" if inputs["gpuops_rollback_on_failure"] else "off",
             "yes" if inputs["wait_for_jobs"] else "no", faults,
@@ -499,8 +500,8 @@ def main() -> int:
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--kinds", choices=tuple(KIND_SETS), default="default",
                         help="faults drawn: the recorded set; connections: that and the API server's restart and"
-                        " early-closed watches (chaos_schedule.CONNECTION_FAULTS); ssh: those and ssh-cut; restarts: those and"
-                        " api-down (the API server restarting, down 12 s)")
+                        " early-closed watches (chaos_schedule.CONNECTION_FAULTS); ssh: those and ssh-cut;"
+                        " restarts: those and api-down (the API server restarting, down 12 s)")
     parser.add_argument("--report", action="store_true", help="only rewrite chaos.md from the results")
     args = parser.parse_args()
     broken = 0
