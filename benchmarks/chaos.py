@@ -47,7 +47,7 @@ from chaos_faults import Injector  # noqa: E402
 from chaos_invariants import (FINAL_STATES, audit_names_actions, audit_ts, budget_at_own_cordons,  # noqa: E402
                               lock_at_end, node_end_state, reboots_per_upgrade, record_of, run_agrees,
                               silences_left, twin_actions, untouched_after_a_stop, violation)
-from chaos_schedule import budget_of, plan_round  # noqa: E402
+from chaos_schedule import KIND_SETS, budget_of, plan_round  # noqa: E402
 from conftest import collections_path, start_lab, stop_lab  # noqa: E402
 from gpulab.kube.api.recorder import read_records  # noqa: E402
 from gpulab.kube.sim.checker import check_records  # noqa: E402
@@ -224,8 +224,8 @@ class Watcher:
 # --------------------------------------------------------------------------- runs
 
 class Round:
-    def __init__(self, seed: int, work_dir: str, nodes=None, log=print):
-        self.plan = plan_round(seed, nodes)
+    def __init__(self, seed: int, work_dir: str, nodes=None, log=print, kinds=None):
+        self.plan = plan_round(seed, nodes, kinds) if kinds else plan_round(seed, nodes)
         self.seed = seed
         self.work_dir = work_dir
         self.log = lambda text: log("[seed %s] %s" % (seed, text))
@@ -320,12 +320,12 @@ def loaded_version(lab, node: str):
 
 # --------------------------------------------------------------------------- one round
 
-def run_round(seed: int, work_dir: str, nodes=None, log=None) -> dict:
+def run_round(seed: int, work_dir: str, nodes=None, log=None, kinds=None) -> dict:
     """One round from its seed on a fresh twin in work_dir, judged: the result (main writes it to
     results/chaos/<seed>.json)."""
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir)
-    chaos = Round(seed, work_dir, nodes, log or (lambda text: print(text, flush=True)))
+    chaos = Round(seed, work_dir, nodes, log or (lambda text: print(text, flush=True)), kinds)
     plan = chaos.plan
     chaos.log("plan: %s" % json.dumps(plan))
     started = time.time()
@@ -468,7 +468,9 @@ def write_markdown(results_dir: str) -> str:
         for state in result["end_states"].values():
             states[state or "untouched"] = states.get(state or "untouched", 0) + 1
         lines.append("| %s | %d | %s (%d) | %s | %s | %s | %s | %s | %s | %d | %.0f |" % (
-            result["seed"], result["nodes"], inputs["gpuops_max_unavailable"], result["budget"],
+            "%s%s" % (result["seed"], "" if result.get("kinds", "default") == "default"
+                      else " (--kinds %s)" % result["kinds"]),
+            result["nodes"], inputs["gpuops_max_unavailable"], result["budget"],
             json.dumps(inputs["gpuops_upgrade_batches"]), "on" if inputs["gpuops_rollback_on_failure"] else "off",
             "yes" if inputs["wait_for_jobs"] else "no", faults,
             ", ".join(str(run["rc"]) + (" (killed)" if run["killed"] else "") for run in result["runs"]),
@@ -496,11 +498,17 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, help="fleet size of every round (default: drawn, 4-8)")
     parser.add_argument("--work-dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpuops-chaos"))
     parser.add_argument("--results", default=RESULTS)
+    parser.add_argument("--kinds", choices=tuple(KIND_SETS), default="default",
+                        help="faults drawn: the recorded set; connections: that and the API server's restart and"
+                        " early-closed watches (chaos_schedule.CONNECTION_FAULTS); ssh: those and ssh-cut;"
+                        " restarts: those and api-down (the API server restarting, down 12 s)")
     parser.add_argument("--report", action="store_true", help="only rewrite chaos.md from the results")
     args = parser.parse_args()
     broken = 0
     for seed in [] if args.report else args.seeds:
-        result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes)
+        result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes,
+                           kinds=None if args.kinds == "default" else KIND_SETS[args.kinds])
+        result["kinds"] = args.kinds    # the set the faults were drawn from: `--kinds` replays the round
         print("seed %s: %d violation(s), %s, %.0f s -> %s" % (seed, len(result["violations"]), result["end_states"],
                                                              result["wall_s"], write_result(result, args.results)))
         broken += bool(result["violations"])

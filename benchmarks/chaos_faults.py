@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from chaos_schedule import API_FAULTS, NODE_FAULTS
+from chaos_schedule import API_FAULTS, CONNECTION_FAULTS, NODE_FAULTS, RESTART_FAULTS
 
 LOCK_NAME, LOCK_NAMESPACE = "gpuops-nvidia-rollout", "kube-system"
 OTHER_HOLDER = "mallory@bastion-9/chaos"
@@ -24,6 +24,42 @@ OTHER_HOLDER = "mallory@bastion-9/chaos"
 
 def utc_micro(timestamp: float) -> str:
     return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+SSHD_NAMES = ("sshd", "sshd-session")   # OpenSSH 9.8 serves each connection from sshd-session
+
+
+def cut_ssh_connections(state_dir: str, node: str) -> list:
+    """SIGKILL the node twin's sshd processes that serve a connection (an sshd whose parent is an sshd), the
+    listener left alone: the controller's established connection (its ControlMaster too) is cut while a task runs,
+    the next connection is served. The PIDs killed, as the host sees them."""
+    with open(os.path.join(state_dir, "nodes", node, "node.json")) as stream:
+        holder = json.load(stream).get("holder_pid")
+    if not holder:
+        return []
+    namespace = os.readlink("/proc/%d/ns/pid" % holder)
+
+    def comm_ppid(pid: str):
+        with open("/proc/%s/stat" % pid) as stream:
+            stat = stream.read()
+        return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()[1]
+
+    serving = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink("/proc/%s/ns/pid" % pid) != namespace:
+                continue
+            comm, ppid = comm_ppid(pid)
+            if comm in SSHD_NAMES and comm_ppid(ppid)[0] in SSHD_NAMES:
+                serving.append(int(pid))
+        except (OSError, ValueError, IndexError):
+            continue    # gone meanwhile
+    for pid in serving:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return serving
 
 
 class Injector:
@@ -52,14 +88,17 @@ class Injector:
         if kind == "ssh-drop":
             done = self.lab.gpulab("fault", fault["node"], "ssh-drop", check=False)
             return {"rc": done.returncode}
+        if kind == "ssh-cut":
+            return {"sshd_killed": cut_ssh_connections(self.lab.state_dir, fault["node"])}
         if kind == "prometheus-down":
             return self._stop(self.lab.info.get("metrics", {}).get("prometheus_pid"))
         if kind == "alertmanager-down":
             return self._stop(self.alertmanager.process.pid if self.alertmanager else None)
         if kind == "lock-taken":
             return self._take_lock()
-        if kind in API_FAULTS:
-            return self._write_api_rules(self.api_rules + [API_FAULTS[kind]])
+        rules = dict(API_FAULTS, **CONNECTION_FAULTS, **RESTART_FAULTS)
+        if kind in rules:
+            return self._write_api_rules(self.api_rules + [rules[kind]])
         raise ValueError("no injector for fault %r" % kind)
 
     def release(self, fault: dict) -> None:

@@ -22,6 +22,27 @@ API_FAULTS = {
     "lease-409": {"path": "/leases/gpuops-nvidia-rollout$", "methods": ["PUT"], "code": 409, "count": 2},
 }
 FAULT_KINDS = NODE_FAULTS + OTHER_FAULTS + tuple(API_FAULTS)
+# the API server's connections: a restart (every request dropped unanswered for a moment) and its watches closed
+# early. Not in FAULT_KINDS, so that a recorded seed draws the same round: a round takes them with
+# `chaos.py --kinds` (CONNECTION_KINDS adds them to the rest)
+CONNECTION_FAULTS = {
+    "api-restart": {"path": "^/", "reset": True, "count": 12},
+    "watch-closed-early": {"path": "^/", "close_watch_after_s": 1, "count": 20},
+}
+CONNECTION_KINDS = FAULT_KINDS + tuple(CONNECTION_FAULTS)
+# the controller's established SSH connection to a node cut (chaos_faults.cut_ssh_connections); drawn only by
+# `chaos.py --kinds ssh` (SSH_KINDS), so that the connection rounds recorded replay the same
+SSH_CUT = "ssh-cut"
+SSH_KINDS = CONNECTION_KINDS + (SSH_CUT,)
+# the API server restarting, down for 12 s (its listener closed: new connections refused, requests on open ones
+# dropped; then the same port, the objects kept): the restart api-restart stands for, bounded in time
+# (api-restart's count of 12 lasts as long as one retrying client needs to spend it: 30 s of back-off, chaos seed
+# 31). Drawn only by `--kinds restarts`
+RESTART_FAULTS = {
+    "api-down": {"path": "^/", "refuse": True, "for_s": 12},
+}
+RESTART_KINDS = SSH_KINDS + tuple(RESTART_FAULTS)
+KIND_SETS = {"default": FAULT_KINDS, "connections": CONNECTION_KINDS, "ssh": SSH_KINDS, "restarts": RESTART_KINDS}
 # faults that end by themselves after `hold_s` (the rest last until the round's end, when the harness clears all)
 RELEASED_FAULTS = ("pdb-block-release", "ssh-drop", "prometheus-down", "alertmanager-down", "lock-taken",
                    "kubelet-down")
@@ -69,7 +90,7 @@ def draw_trigger(rng: random.Random, nodes: int) -> dict:
 def draw_fault(rng: random.Random, nodes: list, kinds=FAULT_KINDS) -> dict:
     kind = rng.choice(kinds)
     fault = {"kind": kind, "trigger": draw_trigger(rng, len(nodes))}
-    if kind in NODE_FAULTS or kind in ("pdb-block-release", "ssh-drop"):
+    if kind in NODE_FAULTS or kind in ("pdb-block-release", "ssh-drop", "ssh-cut"):
         fault["node"] = rng.choice(nodes)
     if kind in RELEASED_FAULTS:
         fault["hold_s"] = round(rng.uniform(2, 25), 1)

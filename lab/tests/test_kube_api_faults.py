@@ -3,6 +3,7 @@ the matching requests, or hold one, for as many requests as the rule says; no fi
 real requests to an in-process server."""
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import time
@@ -102,3 +103,49 @@ def test_a_watch_closed_early_ends_its_stream_cleanly_and_only_watches_take_the_
     assert call(server, "/api/v1/nodes")[0] == 200                # a list is served and leaves the rule alone
     assert watch_lasts(server, "/api/v1/nodes?watch=true&timeoutSeconds=6") < 4      # closed after ~1 s
     assert watch_lasts(server, "/api/v1/watch/nodes?timeoutSeconds=3") >= 2.5        # the count is spent
+
+
+def test_a_reset_rule_drops_the_connection_unanswered_then_serves_again(api):
+    """What a client sees while the API server restarts: no answer at all, then service as before."""
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "reset": True, "count": 2}]))
+    for _ in range(2):
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException, ssl.SSLError)):
+            call(server, "/api/v1/nodes")
+    code, nodes = call(server, "/api/v1/nodes")
+    assert code == 200 and [node["metadata"]["name"] for node in nodes["items"]] == ["gpu-node-01"]
+
+
+def test_a_for_s_rule_drops_every_request_for_that_long_however_many_then_serves(api):
+    """An API server down for 2 s: every request meanwhile dropped, not just a count of them."""
+    server, rules = api
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "reset": True, "for_s": 2}]))
+    started = time.monotonic()
+    dropped = 0
+    while time.monotonic() - started < 1.5:
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException, ssl.SSLError)):
+            call(server, "/api/v1/nodes")
+        dropped += 1
+    assert dropped > 3
+    time.sleep(max(0.0, 2.1 - (time.monotonic() - started)))
+    assert call(server, "/api/v1/nodes")[0] == 200
+
+
+def test_a_refuse_rule_closes_the_listener_for_its_for_s_then_serves_on_the_same_port(api):
+    """A restart as clients see it: the request that meets it is dropped, new connections are refused while the
+    server is down, then the same port answers with the objects kept."""
+    server, rules = api
+    port = server.port
+    rules.write_text(json.dumps([{"path": "^/api/v1/nodes", "refuse": True, "for_s": 2}]))
+    started = time.monotonic()
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException, ssl.SSLError)):
+        call(server, "/api/v1/nodes")
+    time.sleep(0.5)
+    with pytest.raises(urllib.error.URLError) as caught:
+        call(server, "/api/v1/nodes")
+    assert isinstance(caught.value.reason, ConnectionRefusedError)
+    while time.monotonic() - started < 2.3:
+        time.sleep(0.1)
+    code, nodes = call(server, "/api/v1/nodes")
+    assert code == 200 and server.port == port
+    assert [node["metadata"]["name"] for node in nodes["items"]] == ["gpu-node-01"]

@@ -127,9 +127,12 @@ options:
       - Seconds to wait for the API server to answer each request (the connection itself within 10 seconds at
         most), so that a server that accepts and never answers fails the task naming the call instead of hanging it.
         A watch waits for its own server-side timeout plus this.
-      - Reads, evictions and writes guarded by the C(resourceVersion) read are retried after 0.5, 1 and 2 seconds
-        when answered 500, 502, 503 or 504 or when the connection is refused or reset; then the task fails naming
-        the call and the attempts. Other calls are not retried.
+      - Transient failures are retried with back-off (0.5, 1, 2, 4, 4, ... seconds) for up to 30 seconds, or
+        O(request_timeout) when shorter, so that an API server restart does not fail the task; then the task fails
+        naming the call and the attempts. A refused connection is retried for every call; a reset connection and
+        an answer 500, 502, 503 or 504 for reads, evictions and writes guarded by the C(resourceVersion) read; a
+        429 for every call but an eviction (there it is the disruption budget's answer), waiting at least its
+        C(Retry-After). Timeouts and other answers (a 409 conflict) are not retried.
       - Can also be set with the E(K8S_AUTH_REQUEST_TIMEOUT) environment variable.
     type: float
     default: 60

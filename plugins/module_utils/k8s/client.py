@@ -75,7 +75,12 @@ DEFAULT_REQUEST_TIMEOUT_S = 60
 CONNECT_TIMEOUT_CAP_S = 10
 # answers of an overloaded or restarting API server (and its load balancer) that an idempotent call may retry
 RETRY_STATUSES = (500, 502, 503, 504)
-RETRY_DELAYS_S = (0.5, 1, 2)   # bounded back-off: at most 1 + 3 attempts
+# a transient failure is retried with capped exponential back-off (0.5, 1, 2, 4, 4, ... s) until the retry window
+# has passed since the first attempt: long enough to ride out an API server restart (10-30 s), never longer than
+# the request's own timeout (``timeout_s`` or ``request_timeout``), so a short timeout keeps a short window
+RETRY_FIRST_DELAY_S = 0.5
+RETRY_MAX_DELAY_S = 4
+RETRY_WINDOW_S = 30
 
 
 def _env(*names):
@@ -315,8 +320,18 @@ def request(api, method, path, query=None, body=None, content_type=None, timeout
 
     Timeouts: connect within ``min(10, t)`` and each read within ``t`` seconds, ``t`` being ``timeout_s`` or the
     client's ``request_timeout`` option; a watch (``watch=true`` with ``timeoutSeconds``) may stay quiet until the
-    server ends it, so its reads wait ``timeoutSeconds + t``. An idempotent call (``idempotent_call``) answered
-    500/502/503/504 or whose connection was refused or reset is retried after 0.5, 1 and 2 s.
+    server ends it, so its reads wait ``timeoutSeconds + t``.
+
+    Retries (``retry_after``): a transient failure is tried again with capped exponential back-off (0.5, 1, 2, 4,
+    4, ... s) until ``min(RETRY_WINDOW_S, t)`` seconds have passed since the first attempt; then the last error is
+    raised, naming the attempts. Transient: a refused connection (the request never reached the server: any call);
+    a connection reset or closed without an answer, or an answer 500/502/503/504 (an idempotent call only,
+    ``idempotent_call``: the server may have acted on it); 429 Too Many Requests (the API server's priority and
+    fairness refused it unprocessed: any call but an eviction, whose 429 is the disruption budget's answer for the
+    drain to decide), waiting what its Retry-After (or its Status's ``retryAfterSeconds``) asks, and not at all
+    when that is past the window. A timeout is
+    never retried (the wait was already long), nor any other answer: a 409 Conflict goes back to the caller, who
+    reads the object again and decides.
     """
     method = method.upper()
     configuration = api.configuration
@@ -338,31 +353,79 @@ def request(api, method, path, query=None, body=None, content_type=None, timeout
         encoded = json.dumps(body).encode('utf-8')
     url = configuration.host.rstrip('/') + path + ('?' + urlencode(pairs) if pairs else '')
     call = '%s %s' % (method, path)
-    timeout = _timeout(timeout_s or getattr(api, 'request_timeout_s', DEFAULT_REQUEST_TIMEOUT_S), pairs)
-    delays = RETRY_DELAYS_S if idempotent_call(method, path, body) else ()
-    for attempt in range(len(delays) + 1):
+    budget_s = timeout_s or getattr(api, 'request_timeout_s', DEFAULT_REQUEST_TIMEOUT_S)
+    timeout = _timeout(budget_s, pairs)
+    idempotent = idempotent_call(method, path, body)
+    deadline = time.monotonic() + min(RETRY_WINDOW_S, budget_s)
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             response = api.rest_client.pool_manager.request(method, url, body=encoded, headers=headers,
                                                             timeout=timeout, retries=False,
                                                             preload_content=not stream)
-        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.NewConnectionError) as error:
-            if attempt < len(delays):
-                time.sleep(delays[attempt])
-                continue
-            raise K8sRequestError(call, error, attempt + 1)
+        except urllib3.exceptions.NewConnectionError as error:     # refused: nothing was sent
+            wait_s = retry_after(attempt, deadline, True)
+            if wait_s is None:
+                raise K8sRequestError(call, error, attempt)
+        except urllib3.exceptions.ProtocolError as error:          # reset, or closed without an answer
+            wait_s = retry_after(attempt, deadline, idempotent)
+            if wait_s is None:
+                raise K8sRequestError(call, error, attempt)
         except urllib3.exceptions.HTTPError as error:   # timeouts (never retried: the wait is already long), TLS
-            raise K8sRequestError(call, error, attempt + 1)
-        if 200 <= response.status < 300:
-            return response
-        data = response.data
-        if stream:
-            response.release_conn()
-        if response.status in RETRY_STATUSES and attempt < len(delays):
-            time.sleep(delays[attempt])
-            continue
-        raise ApiError(response.status, response.reason, data, dict(response.headers), call=call,
-                       attempts=attempt + 1)
-    raise AssertionError('unreachable')   # the loop returns or raises
+            raise K8sRequestError(call, error, attempt)
+        else:
+            if 200 <= response.status < 300:
+                return response
+            data = response.data
+            if stream:
+                response.release_conn()
+            wait_s = None
+            if response.status == 429:
+                wait_s = retry_after(attempt, deadline, not path.endswith('/eviction'), asked_wait(response, data))
+            elif response.status in RETRY_STATUSES:
+                wait_s = retry_after(attempt, deadline, idempotent, asked_wait(response, data))
+            if wait_s is None:
+                raise ApiError(response.status, response.reason, data, dict(response.headers), call=call,
+                               attempts=attempt)
+        time.sleep(wait_s)
+
+
+def asked_wait(response, data):
+    """The wait an error answer asks for: its Retry-After header, else its Status's
+    ``details.retryAfterSeconds`` (None when neither)."""
+    header = response.headers.get('Retry-After')
+    if header is not None:
+        return header
+    try:
+        status = json.loads(data.decode('utf-8', 'replace') if isinstance(data, bytes) else data or '')
+    except ValueError:
+        return None
+    details = status.get('details') if isinstance(status, dict) else None
+    return details.get('retryAfterSeconds') if isinstance(details, dict) else None
+
+
+def retry_after(attempt, deadline, retriable, asked=None, now=None):
+    """Seconds to wait before attempt ``attempt + 1`` of a call whose retry window ends at ``deadline``
+    (``time.monotonic()``), or None to give up: not ``retriable``, the window over, or a Retry-After (``asked``,
+    seconds as the API server sends it) past the window. The wait doubles from ``RETRY_FIRST_DELAY_S`` up to
+    ``RETRY_MAX_DELAY_S`` (at least what Retry-After asks) and is cut to end at the deadline, where the last
+    attempt is made."""
+    if not retriable:
+        return None
+    left_s = deadline - (time.monotonic() if now is None else now)
+    if left_s <= 0:
+        return None
+    wait_s = min(RETRY_FIRST_DELAY_S * 2 ** (attempt - 1), RETRY_MAX_DELAY_S)
+    try:
+        asked_s = float(asked) if asked is not None else None
+    except ValueError:      # an HTTP date: not sent by the API server; the back-off stands
+        asked_s = None
+    if asked_s is not None and asked_s >= 0:
+        if asked_s > left_s:
+            return None
+        wait_s = max(wait_s, asked_s)
+    return min(wait_s, left_s)
 
 
 def _timeout(read_s, pairs):

@@ -113,11 +113,16 @@ class Drain:
 
     def _evict_once(self, pod):
         name, namespace, uid = pod["metadata"]["name"], pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        # the client's retries of an API server that does not answer end with the drain (chaos seed 364): the pod
+        # is then reported with that error, not as never asked
+        timeout_s = max(1.0, self.remaining())
         if self.disable_eviction:
-            request(self.api, "DELETE", resource_path("v1", "pods", name, namespace), body=self._delete_options(uid))
+            request(self.api, "DELETE", resource_path("v1", "pods", name, namespace), body=self._delete_options(uid),
+                    timeout_s=timeout_s)
         else:
             body = {"metadata": {"name": name, "namespace": namespace}, "deleteOptions": self._delete_options(uid)}
-            request(self.api, "POST", resource_path("v1", "pods", name, namespace, "eviction"), body=body)
+            request(self.api, "POST", resource_path("v1", "pods", name, namespace, "eviction"), body=body,
+                    timeout_s=timeout_s)
 
     def evict(self, key):
         pod = self.pods[key]

@@ -147,8 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
     def _injected_fault(self, path: str, query: str) -> None:
-        """A fault of ``faults.py`` for this request: held, then answered with its error (or served); a watch
-        may be given an early end (``self._close_watch_after_s``)."""
+        """A fault of ``faults.py`` for this request: held, then answered with its error, dropped unanswered, or
+        served; a watch may be given an early end (``self._close_watch_after_s``)."""
         self._close_watch_after_s = None
         if self.api.faults is None:
             return
@@ -156,9 +156,17 @@ class _Handler(BaseHTTPRequestHandler):
         taken = self.api.faults.take(self.command, path, watch)
         if taken is None:
             return
-        hang_s, error, self._close_watch_after_s = taken
+        hang_s, error, self._close_watch_after_s, reset, refuse_s = taken
         if hang_s:
             time.sleep(hang_s)
+        if refuse_s:    # a restart: the listener closed for the rest of the rule's for_s
+            self.api.close_listener_for(refuse_s)
+        if reset:       # as during a restart: the connection dropped unanswered
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            raise ConnectionResetError("injected fault: connection dropped (gpulab api-faults.json)")
         if error is not None:
             raise error
 
@@ -601,6 +609,8 @@ class ApiServer:
         self.stopping = False
         self._server: Optional[_TLSServer] = None
         self._thread: Optional[threading.Thread] = None
+        self._listener_lock = threading.Lock()
+        self._listener_down = False
         self.ca_pem = ""
 
     @property
@@ -616,20 +626,44 @@ class ApiServer:
         cert_path, key_path = tls.issue_server_certificate(self.ca_dir, ip_addresses=tuple(dict.fromkeys(ips)),
                                                            dns_names=tuple(dict.fromkeys(names)))
         self.ca_pem = tls.read_pem(tls.ensure_ca(self.ca_dir)[0])
+        self._context = tls.server_ssl_context(cert_path, key_path)
+        self._listen()
+        return self
+
+    def _listen(self) -> None:
         handler = type("ApiHandler", (_Handler,), {"api": self})
-        self._server = _TLSServer((self.host, self.port), handler, tls.server_ssl_context(cert_path, key_path))
+        self._server = _TLSServer((self.host, self.port), handler, self._context)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="gpulab-kube-apiserver", daemon=True)
         self._thread.start()
-        return self
+
+    def close_listener_for(self, seconds: float) -> None:
+        """A restart as clients see it (faults.py ``refuse``): the listener closed, new connections refused, for
+        ``seconds``; then a new one on the same port. The store is kept; a second call meanwhile does nothing."""
+        with self._listener_lock:
+            if self._server is None or self._listener_down:
+                return
+            self._listener_down = True
+            server, self._server, self._thread = self._server, None, None
+        server.shutdown()
+        server.server_close()
+
+        def reopen():
+            time.sleep(seconds)
+            with self._listener_lock:
+                if not self.stopping:
+                    self._listen()
+                self._listener_down = False
+        threading.Thread(target=reopen, name="gpulab-kube-apiserver-restart", daemon=True).start()
 
     def stop(self) -> None:
-        self.stopping = True
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        with self._listener_lock:       # a listener closed for a while (close_listener_for) is not opened again
+            self.stopping = True
+            server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

@@ -143,9 +143,9 @@ def test_an_eviction_answered_500_is_retried(flaky):
 
 
 def test_a_retried_call_that_keeps_failing_fails_naming_the_call_and_the_attempts(flaky):
-    flaky.failures = 10
-    with pytest.raises(ApiError) as caught:
-        request_json(api_at(flaky.server_address[1]), "GET", LEASE)
+    flaky.failures = 100
+    with pytest.raises(ApiError) as caught:     # a 3 s budget: attempts at 0, 0.5, 1.5 and 3 s
+        request_json(api_at(flaky.server_address[1], request_timeout=3), "GET", LEASE)
     assert len(flaky.calls) == 4
     assert caught.value.status == 500 and caught.value.attempts == 4
     assert api_error_message(caught.value, "read lease") == (
