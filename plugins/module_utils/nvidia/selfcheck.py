@@ -175,7 +175,7 @@ def decide(facts):
                                                                                  module.get("version")),
                        {"action": "modprobe", "argv": ["modprobe", "nvidia"]})
     if mig_missing:
-        return verdict("needs_operator", "mig_layout_missing",
+        return verdict("needs_operator", "mig_layout_lost",
                        "MIG layout lost (%s): re-apply it (MIG Manager's nvidia.com/mig.config label or "
                        "'nvidia-smi mig -cgi ... -C') before GPU pods are scheduled."
                        % "; ".join("GPU %s has %s, wants %s" % (gpu, ",".join(d["present"]) or "none",

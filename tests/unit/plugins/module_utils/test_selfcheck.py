@@ -103,7 +103,7 @@ def test_a_lost_mig_layout_is_named_with_what_each_gpu_has():
     no_mig = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
     result = sc.decide(sc.node_facts(OLD_KERNEL, LSMOD, MODINFO_DKMS, smi_list_text=no_mig,
                                      mig_layout_wanted=wanted))
-    assert (result["status"], result["code"], result["repair"]) == ("needs_operator", "mig_layout_missing", None)
+    assert (result["status"], result["code"], result["repair"]) == ("needs_operator", "mig_layout_lost", None)
     assert "GPU 0 has none, wants 3g.40gb,2g.20gb,1g.10gb,1g.10gb" in result["advice"]
 
 
