@@ -118,6 +118,11 @@ def _mig_missing(facts):
     return missing
 
 
+def _mig_text(mig_missing):
+    return "; ".join("GPU %s has %s, wants %s" % (gpu, ",".join(diff["present"]) or "none", ",".join(diff["wanted"]))
+                     for gpu, diff in mig_missing.items())
+
+
 def decide(facts):
     """The self-check's verdict on ``node_facts``: ``{"status", "code", "checks", "repair", "advice"}``.
 
@@ -144,10 +149,7 @@ def decide(facts):
                              "%s signed by %s" % (module["filename"], module.get("signer") or "nobody")))
     mig_missing = _mig_missing(facts)
     if facts.get("mig_wanted"):
-        checks.append(_check("mig_layout_present", not mig_missing,
-                             "; ".join("GPU %s has %s, wants %s" % (gpu, ",".join(d["present"]) or "none",
-                                                                      ",".join(d["wanted"]))
-                                       for gpu, d in mig_missing.items()) or "as wanted"))
+        checks.append(_check("mig_layout_present", not mig_missing, _mig_text(mig_missing) or "as wanted"))
 
     def verdict(status, code, advice, repair=None):
         return {"status": status, "code": code, "checks": checks, "repair": repair, "advice": advice}
@@ -165,22 +167,18 @@ def decide(facts):
                            "build: reinstall the driver for this kernel (role nvidia_driver)." % release)
         if not signature_ok:
             code = "secure_boot_signer_not_enrolled" if module.get("signer") else "secure_boot_unsigned_module"
+            signer = module.get("signer") or "none"
             return verdict("needs_operator", code,
-                           "Secure Boot refuses %s (signer: %s): enroll the key — 'mokutil --import <cert.der>', "
-                           "reboot and confirm it in MokManager at the console — or re-sign the module with an "
-                           "enrolled key. Nothing is tried at boot." % (module["filename"],
-                                                                     module.get("signer") or "none"))
-        return verdict("repairable", "module_not_loaded",
-                       "%s (version %s) is installed but not loaded: load it." % (module["filename"],
-                                                                                 module.get("version")),
+                           "Secure Boot refuses %s (signer: %s): enroll the key ('mokutil --import <cert.der>', "
+                           "reboot and confirm it in MokManager at the console) or re-sign the module with an "
+                           "enrolled key. Nothing is tried at boot." % (module["filename"], signer))
+        installed = "%s (version %s)" % (module["filename"], module.get("version"))
+        return verdict("repairable", "module_not_loaded", "%s is installed but not loaded: load it." % installed,
                        {"action": "modprobe", "argv": ["modprobe", "nvidia"]})
     if mig_missing:
         return verdict("needs_operator", "mig_layout_lost",
                        "MIG layout lost (%s): re-apply it (MIG Manager's nvidia.com/mig.config label or "
-                       "'nvidia-smi mig -cgi ... -C') before GPU pods are scheduled."
-                       % "; ".join("GPU %s has %s, wants %s" % (gpu, ",".join(d["present"]) or "none",
-                                                                ",".join(d["wanted"]))
-                                   for gpu, d in mig_missing.items()))
+                       "'nvidia-smi mig -cgi ... -C') before GPU pods are scheduled." % _mig_text(mig_missing))
     return verdict("ok", None, "The driver is loaded%s." % (" and the MIG layout is present"
                                                             if facts.get("mig_wanted") else ""))
 

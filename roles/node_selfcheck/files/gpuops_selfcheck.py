@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -58,7 +57,9 @@ def read(path):
 def gather(config):
     timeout = config.get("command_timeout_s", 300)
     release = os.uname().release
-    modules = read("/proc/modules")
+    lsmod_rc, modules = run(["lsmod"], timeout)  # lsmod reads /proc/modules
+    if lsmod_rc != 0:
+        modules = read("/proc/modules")
     loaded = re.search(r"^nvidia ", modules, re.M) is not None
     _rc, modinfo = run(["modinfo", "-k", release, "nvidia"], timeout)
     sb_rc, sb_state = run(["mokutil", "--sb-state"], timeout)
