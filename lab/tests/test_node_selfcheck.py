@@ -68,6 +68,8 @@ def flow(tmp_path_factory):
                        check=True, timeout=60)
         lab.ssh(NODE, "sh %s --silent --dkms" % RUNFILE, timeout=600)
         lab.reboot_from_inside(NODE)
+        steps["role_check"] = run_role(lab, "node_selfcheck", {}, workdir, check_mode=True)
+        steps["after_check"] = lab.ssh(NODE, "ls /etc/systemd/system/gpuops-selfcheck.service", check=False)
         steps["role"] = run_role(lab, "node_selfcheck", {}, workdir)
         steps["role_again"] = run_role(lab, "node_selfcheck", {}, workdir)
         steps["unit"] = lab.ssh(NODE, "systemctl is-enabled gpuops-selfcheck; "
@@ -119,6 +121,12 @@ def flow(tmp_path_factory):
         yield steps
     finally:
         stop_lab(lab)
+
+
+def test_role_in_check_mode_on_a_fresh_node_changes_nothing(flow):
+    assert flow["role_check"]["rc"] == 0, flow["role_check"]["output"][-3000:]
+    assert recap(flow["role_check"]["output"], NODE)["changed"] > 0
+    assert flow["after_check"].returncode != 0
 
 
 def test_role_installs_an_enabled_oneshot_unit_before_kubelet_and_is_idempotent(flow):
