@@ -404,6 +404,9 @@ class Lab:
         while not self.stopping.is_set():
             for node in self.nodes:
                 request = node.take_control_request()
+                modprobe = node.take_modprobe_request()
+                if modprobe is not None:
+                    threading.Thread(target=self._guarded, args=(node.modprobe, modprobe), daemon=True).start()
                 if request is not None:
                     self.start_power_action(node, request)
                 elif node.status == "up" and not node.is_running() and not self.busy(node):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from gpulab.osutil import in_root, write_file
-from gpulab.systemctl import enabled_state, start_unit
+from gpulab.systemctl import deferred_at_boot, enabled_state, start_unit
 
 KUBELET_ROOT_DIR = "/var/lib/kubelet"
 DEVICE_PLUGIN_DIR = KUBELET_ROOT_DIR + "/device-plugins"
@@ -141,5 +141,7 @@ def install_kubelet_files(merged: str, node_name: str, cluster_name: str = "kube
 def start_kubelet_at_boot(log) -> None:
     """After chroot: an enabled kubelet unit starts at boot (the host's enabled units do not: they are not the
     node's)."""
+    if KUBELET_UNIT in deferred_at_boot():
+        return  # a oneshot unit ordered Before=kubelet.service runs first; the boot sequence starts kubelet after it
     if enabled_state(KUBELET_UNIT) == "enabled" and start_unit(KUBELET_UNIT) != 0:
         log("kubelet.service failed to start at boot")

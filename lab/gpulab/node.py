@@ -7,6 +7,7 @@ the boot. Only the daemon calls these methods (one lock per node); ``node.json``
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import select
@@ -347,8 +348,48 @@ class Node:
         except ValueError:
             return {"action": "reboot", "when": "now", "program": "unknown"}
 
+    def take_modprobe_request(self):
+        """A ``modprobe nvidia`` the node's fake modprobe asked for (``nvidia/bin/modprobe``), if any (consumed)."""
+        path = os.path.join(self.control_dir, "modprobe")
+        try:
+            with open(path) as stream:
+                text = stream.read()
+            os.unlink(path)
+        except FileNotFoundError:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    def modprobe(self, request: dict) -> None:
+        """``modprobe nvidia`` in the running node: the module modprobe finds for the running release loads as at
+        boot (Secure Boot may refuse it; an explicit modprobe ignores a ``blacklist nvidia``); the answer goes to
+        ``modprobe-<id>.json`` in the node's control dir, where the fake modprobe waits for it."""
+        with self.lock:
+            if not self.holder_pid:
+                result = {"ok": False, "reason": "node %s is not running" % self.name}
+            elif self.state["module_loaded"]:
+                result = {"ok": True}
+            else:
+                state = self.nvidia("boot.compute_boot_state")(
+                    root=self.root_path("/"), hw=self.hw(), efi=copy.deepcopy(self.booted_efi),
+                    faults=list(self.faults) + ["explicit-modprobe"])
+                if state.get("module_loaded"):
+                    driverload.apply_loaded(self, state)
+                    result = {"ok": True}
+                else:
+                    self.append_kmsg([line for line in state.get("kmsg") or [] if "rejected" in line
+                                      or "Lockdown" in line])
+                    result = {"ok": False, "reason": "Key was rejected by service" if state.get("module_rejected")
+                              else ("No such device" if state.get("kernel_module_path")
+                                    else "Module nvidia not found in directory /lib/modules/%s" % os.uname().release)}
+        write_json(os.path.join(self.control_dir, "modprobe-%s.json" % request.get("id")), result)
+        self.lab.events.emit(self.name, "modprobe", modules=request.get("modules"), ok=result["ok"],
+                             reason=result.get("reason"))
+
     def clear_control_requests(self) -> None:
-        for name in ("request", "request.tmp"):
+        for name in ("request", "request.tmp", "modprobe", "modprobe.tmp"):
             try:
                 os.unlink(os.path.join(self.control_dir, name))
             except FileNotFoundError:

@@ -16,6 +16,12 @@ CONTROL_DIR = "/run/gpulab-control"   # reboot/poweroff requests to the daemon (
 SYSTEMD_STATE_DIR = "/run/gpulab-systemd"
 # units started with systemctl and not stopped: on the node's disk, started again at boot ("enabled and running")
 SYSTEMD_RESTART_LIST = "/var/lib/gpulab-systemd/started"
+# units a boot sequence of oneshot units starts after them (kubeadm's kubelet start at boot reads it)
+BOOT_DEFERRED = SYSTEMD_STATE_DIR + "/boot-deferred"
+# units enabled with this systemctl (on the node's disk): the enabled oneshot units among them run at boot
+SYSTEMD_ENABLED_LIST = "/var/lib/gpulab-systemd/enabled"
+BOOT_SEQUENCE_VERB = "__boot-sequence"
+ONESHOT_TIMEOUT_S = 600.0
 # systemd's system unit search path (RKE2's tarball install puts its units in /usr/local/lib/systemd/system)
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
@@ -112,19 +118,86 @@ def started_units() -> list:
         return []
 
 
+def enabled_units() -> list:
+    """Units enabled with this systemctl on the node (the host's own enabled units show through the overlay but
+    are not the node's)."""
+    try:
+        with open(SYSTEMD_ENABLED_LIST) as stream:
+            return [line.strip() for line in stream if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def boot_oneshot_units() -> list:
+    """The node's enabled ``Type=oneshot`` units of multi-user.target (a boot-time check such as gpuops-selfcheck),
+    by name."""
+    return sorted(unit for unit in enabled_units() if unit_path(unit) and enabled_state(unit) == "enabled"
+                  and unit_settings(unit).get("Type") == "oneshot")
+
+
+def deferred_at_boot() -> list:
+    """Units a boot sequence starts after its oneshot units (``Before=``); empty when no sequence runs."""
+    try:
+        with open(BOOT_DEFERRED) as stream:
+            return [line.strip() for line in stream if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
 def start_units_at_boot(log) -> None:
-    """After chroot: the units that ran before the reboot run again (their log goes to /run/gpulab-systemd)."""
+    """After chroot: the units that ran before the reboot run again (their log goes to /run/gpulab-systemd).
+
+    Enabled oneshot units of multi-user.target run first, in the background (``boot_sequence``: the boot itself
+    does not wait, as the node is up before systemd finishes), one after the other, and the units they are
+    ``Before=`` (kubelet, k3s, RKE2) start only once they have ended, as systemd orders them."""
     os.makedirs(SYSTEMD_STATE_DIR, exist_ok=True)
+    oneshots = boot_oneshot_units()
+    ordered_after = set()
+    for unit in oneshots:
+        ordered_after |= set(unit_settings(unit).get("Before", "").split())
+    candidates = set(started_units()) | {unit for unit in ordered_after if enabled_state(unit) == "enabled"}
+    deferred = sorted(unit for unit in candidates if unit in ordered_after and unit_path(unit))
     for unit in started_units():
-        if start_unit(unit) != 0:
+        if unit not in deferred and unit not in oneshots and start_unit(unit) != 0:
             log("unit %s failed to start at boot" % unit)
+    if oneshots:
+        write_file(BOOT_DEFERRED, "".join(unit + "\n" for unit in deferred))
+        with open(os.path.join(SYSTEMD_STATE_DIR, "boot-sequence.log"), "ab") as boot_log:
+            subprocess.Popen(["/usr/bin/python3", "-m", "gpulab.systemctl", BOOT_SEQUENCE_VERB] + oneshots
+                             + ["--then"] + deferred, stdin=subprocess.DEVNULL, stdout=boot_log, stderr=boot_log,
+                             start_new_session=True, env=dict(os.environ, PYTHONPATH="/opt/gpulab/lib"))
+
+
+def boot_sequence(args: list) -> int:
+    """The boot's oneshot units one after the other, then the units ordered after them."""
+    split = args.index("--then") if "--then" in args else len(args)
+    for unit in args[:split]:
+        sys.stdout.write("%s %s: rc=%d\n" % (time.strftime("%H:%M:%S"), unit, start_unit(unit)))
+        sys.stdout.flush()
+    for unit in args[split + 1:]:
+        sys.stdout.write("%s %s: rc=%d\n" % (time.strftime("%H:%M:%S"), unit, start_unit(unit)))
+    try:
+        os.unlink(BOOT_DEFERRED)
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def oneshot_timeout_s(settings: dict) -> float:
+    try:
+        return float(settings.get("TimeoutStartSec", "").rstrip("s") or ONESHOT_TIMEOUT_S)
+    except ValueError:
+        return ONESHOT_TIMEOUT_S
 
 
 def start_unit(unit: str) -> int:
-    remember_started(unit, True)
+    settings = unit_settings(unit)
+    oneshot = settings.get("Type") == "oneshot"
+    if not oneshot:  # a oneshot unit runs to its end: there is nothing left running to start again at boot
+        remember_started(unit, True)
     if unit_pid(unit):
         return 0
-    command = unit_settings(unit).get("ExecStart")
+    command = settings.get("ExecStart")
     if not command:
         sys.stderr.write("Failed to start %s: Unit %s not found.\n" % (unit, unit))
         return 5
@@ -134,7 +207,15 @@ def start_unit(unit: str) -> int:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     with open(os.path.join(SYSTEMD_STATE_DIR, unit + ".pid"), "w") as stream:
         stream.write(str(process.pid))
-    time.sleep(0.3)  # a service that dies at once failed to start, as systemd reports it
+    if oneshot:  # systemctl start of a oneshot unit returns when its ExecStart has ended, as systemd does
+        try:
+            process.wait(timeout=oneshot_timeout_s(settings))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        os.unlink(os.path.join(SYSTEMD_STATE_DIR, unit + ".pid"))
+    else:
+        time.sleep(0.3)  # a service that dies at once failed to start, as systemd reports it
     if process.poll() is not None and process.returncode != 0:
         open(os.path.join(SYSTEMD_STATE_DIR, unit + ".failed"), "w").close()
         sys.stderr.write("Job for %s failed because the control process exited with error code.\n"
@@ -188,6 +269,11 @@ def set_enabled(unit: str, enabled: bool) -> int:
         return 1
     wants = os.path.join("/etc/systemd/system", "multi-user.target.wants")
     link = os.path.join(wants, unit)
+    units = set(enabled_units())
+    units = units | {unit} if enabled else units - {unit}
+    os.makedirs(os.path.dirname(SYSTEMD_ENABLED_LIST), exist_ok=True)
+    with open(SYSTEMD_ENABLED_LIST, "w") as stream:
+        stream.write("".join(name + "\n" for name in sorted(units)))
     if enabled and not os.path.lexists(link):
         os.makedirs(wants, exist_ok=True)
         os.symlink(unit_path(unit), link)
@@ -237,6 +323,8 @@ def systemctl_main(args: list) -> int:
     if not words:
         sys.stdout.write(list_units())
         return 0
+    if words[0] == BOOT_SEQUENCE_VERB:
+        return boot_sequence(args[1:])
     verb, units = words[0], [unit_name(word) for word in words[1:]]
     os.makedirs(SYSTEMD_STATE_DIR, exist_ok=True)
     if verb in ("reboot", "poweroff", "halt"):

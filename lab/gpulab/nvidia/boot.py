@@ -96,6 +96,19 @@ def nouveau_blacklisted(root: str) -> bool:
     return False
 
 
+def nvidia_blacklisted(root: str) -> bool:
+    """``blacklist nvidia`` in modprobe.d: udev does not load it at boot (an explicit ``modprobe nvidia`` does)."""
+    for path in glob.glob(os.path.join(root, "etc/modprobe.d/*.conf")) + \
+            glob.glob(os.path.join(root, "lib/modprobe.d/*.conf")):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                if re.search(r"^\s*blacklist\s+nvidia\s*$", handle.read(), re.MULTILINE):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 # ------------------------------------------------------------------------------------------ text formats
 
 def build_date(version: str) -> str:
@@ -263,6 +276,9 @@ def compute_boot_state(root: str, hw: dict, efi: dict, faults=None) -> dict:
                            (kmsg.LEVEL_ERROR, "NVRM: This can occur when a driver such as: \nNVRM: nouveau, rivafb, "
                             "nvidiafb or rivatv \nNVRM: was loaded and obtained ownership of the NVIDIA device(s)."),
                            (kmsg.LEVEL_ERROR, "NVRM: No NVIDIA devices probed.")]
+    elif ko_path and "explicit-modprobe" not in faults_active and nvidia_blacklisted(root):
+        # built and installed, but nothing loads it at boot (udev honours the blacklist): a `modprobe nvidia` does
+        state["kernel_module_path"] = ko_path
     elif ko_path and "dkms-fail" in faults_active and "/updates/dkms/" in ko_path:
         # models a kernel update whose dkms rebuild failed: no module for the running kernel, nothing logged
         state["kernel_module_path"] = ko_path
