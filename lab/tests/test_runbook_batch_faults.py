@@ -49,7 +49,10 @@ def test_two_nodes_of_a_batch_fail_alone_the_run_stops_after_it_and_a_resume_fin
     assert "pdb-block-%s" % DRAIN_FAILS in drained["reason"], drained
     verified = fleet.record(nodes[VERIFY_FAILS])
     assert verified["state"] == "failed", verified
-    assert "timed out after 40s waiting for" in verified["reason"] and VERIFY_FAILS in verified["reason"], verified
+    # its GPUs never came back: the one wait of the batch timed out for it alone, or the device-plugin restart that
+    # a stale-looking ledger gets once did not bring its plugin back
+    assert VERIFY_FAILS in verified["reason"] and ("timed out after 40s waiting for" in verified["reason"]
+                                                   or "device plugin" in verified["reason"]), verified
     for name in (DRAIN_FAILS, VERIFY_FAILS):
         assert nodes[name]["spec"].get("unschedulable") is True, name
     for name in ["gpu-node-01", "gpu-node-02", "gpu-node-05"]:         # the canary and the batch's other two
