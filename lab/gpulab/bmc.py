@@ -31,6 +31,7 @@ SYSTEM_PATH = "/redfish/v1/Systems/" + SYSTEM_ID
 RESET_PATH = SYSTEM_PATH + "/Actions/ComputerSystem.Reset"
 RESET_TYPES = ("On", "ForceOff", "ForceRestart", "PowerCycle")
 USER = "gpuops-bmc"
+COLD_RESETS = ("ForceOff", "PowerCycle")
 
 
 def power_state(status: str, busy: bool) -> str:
@@ -108,6 +109,12 @@ class NodeBmc:
         action = power_request(reset_type, self.state())
         self.lab.events.emit(self.node_name, "bmc-reset", reset_type=reset_type, action=action)
         self.resets.append(reset_type)
+        if action is not None and reset_type in COLD_RESETS:
+            # the power is removed: GPUs come back on the bus with their volatile error state gone (an Xid 79
+            # that a GPU reset could not clear); a warm ForceRestart keeps them as they are
+            node = self.lab.node(self.node_name)
+            for kind in [one for one in node.faults if one.startswith("xid:")]:
+                node.clear_fault(kind)
         if action is not None:
             answer = self.lab.power(self.node_name, action)
             if not answer.get("ok"):

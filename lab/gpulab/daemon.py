@@ -275,6 +275,8 @@ class Lab:
             node.create(bool(self.settings.get("secure_boot")) or node.name in secure_boot_nodes,
                         blacklist_nouveau=operator_mode, rocky_repo=rocky_repo,
                         extra_debs=runtime_debs[spec["containerd"]], rancher=spec["rancher"])
+            if self.settings.get("dcgm"):   # `up --dcgm`: DCGM's dcgmi on the node's disk, as its package would
+                node.nvidia("dcgmi.install")(root=os.path.join(node.tmpfs_dir, "upper"))
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()

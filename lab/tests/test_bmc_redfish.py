@@ -100,6 +100,7 @@ def test_power_cycle_really_restarts_the_node(bmc_lab):
     redfish = Redfish(bmc_lab)
     before = bmc_lab.node_status(NODE)["boot_id"]
     bmc_lab.ssh(NODE, "echo survives-on-disk > /var/tmp/bmc-probe; sleep 600 >/dev/null 2>&1 &")
+    bmc_lab.gpulab("fault", NODE, "xid:79:3")   # a GPU off the bus: only a cold power cycle brings it back
     since = time.time()
     status, _ = redfish.call(redfish.system + "/Actions/ComputerSystem.Reset", {"ResetType": "PowerCycle"})
     assert status == 204
@@ -111,6 +112,9 @@ def test_power_cycle_really_restarts_the_node(bmc_lab):
     assert bmc_lab.ssh(NODE, "pgrep -x sleep", check=False).returncode == 1
     assert bmc_lab.ssh(NODE, "cat /var/tmp/bmc-probe").stdout.strip() == "survives-on-disk"
     assert bmc_lab.ssh(NODE, "cat /proc/sys/kernel/random/boot_id").stdout.strip() == after["boot_id"]
+    hw = json.loads(bmc_lab.ssh(NODE, "cat /run/gpulab/hw.json").stdout)
+    assert all(gpu.get("on_bus", True) for gpu in hw["gpus"])
+    assert "xid:79:3" not in bmc_lab.node_status(NODE)["faults"]
     redfish.wait_power_state("On")
 
 
