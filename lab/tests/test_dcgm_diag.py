@@ -4,11 +4,13 @@ diagnostics fail; a lab without ``--dcgm`` has no dcgmi."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 
 import pytest
 
-from conftest import collections_path, start_lab, stop_lab
+from conftest import REPO_DIR, collections_path, start_lab, stop_lab
 
 NODE = "gpu-node-01"
 DRIVER = "550.54.15"
@@ -84,3 +86,31 @@ def test_a_lab_without_dcgm_has_no_dcgmi(tmp_path):
         assert lab.ssh(NODE, "command -v dcgmi", check=False).returncode == 1
     finally:
         stop_lab(lab)
+
+
+def run_gate(lab, tmp_path, extra=""):
+    """verify_node.yml's DCGM gate (playbooks/tasks/verify_dcgm.yml) on the node: (rc, output)."""
+    playbook = tmp_path / "gate.yml"
+    playbook.write_text("- hosts: %s\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_tasks: %s\n"
+                        % (NODE, os.path.join(REPO_DIR, "playbooks", "tasks", "verify_dcgm.yml")))
+    argv = ["ansible-playbook", "-i", os.path.join(lab.state_dir, "inventory.yml"), str(playbook)]
+    if extra:
+        argv += ["-e", extra]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          env=dict(lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path() or ""))
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_verify_gate_fails_the_node_naming_the_test_and_is_skipped_when_off(dcgm_lab, tmp_path):
+    if not collections_path():
+        pytest.skip("the collection tree is not on ANSIBLE_COLLECTIONS_PATH")
+    rc, out = run_gate(dcgm_lab, tmp_path)
+    assert rc == 0 and "Run the DCGM diagnostics" in out, out
+    dcgm_lab.gpulab("fault", NODE, "dcgm-fail:pcie:3")
+    try:
+        rc, out = run_gate(dcgm_lab, tmp_path)
+        assert rc != 0 and "PCIe failed on GPU 3" in out, out
+        rc, out = run_gate(dcgm_lab, tmp_path, "gpuops_dcgm_diag=false")
+        assert rc == 0 and "failed=0" in out, out
+    finally:
+        dcgm_lab.gpulab("clear", NODE, "dcgm-fail:pcie:3")
