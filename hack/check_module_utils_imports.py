@@ -21,7 +21,7 @@ import sys
 from import_graph import cycles
 
 PREFIX = "ansible_collections.gpuops.nvidia.plugins."
-WINGS = ("audit", "host", "nvidia", "k8s", "monitoring", "rollout")
+WINGS = ("audit", "host", "nvidia", "k8s", "monitoring", "rollout", "bmc")
 # side -> the other sides it may import; a wing may also import itself, a plugin type (modules, callback, ...) not
 MAY_IMPORT = {
     "audit": (),
@@ -30,6 +30,7 @@ MAY_IMPORT = {
     "k8s": (),
     "monitoring": (),
     "rollout": ("k8s", "nvidia"),
+    "bmc": ("host",),
     "modules": WINGS,
     "filter": WINGS,
     "test": WINGS,

@@ -93,7 +93,7 @@ def cmd_up(args) -> int:
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
                 "scrape_interval": args.scrape_interval, "gpu_operator": args.gpu_operator,
                 "operator_time_scale": args.operator_time_scale, "bastion": args.bastion,
-                "containerd": node_containerd, "rancher": node_rancher}
+                "containerd": node_containerd, "rancher": node_rancher, "bmc": args.bmc, "dcgm": args.dcgm}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
@@ -260,6 +260,10 @@ def parser() -> argparse.ArgumentParser:
                     help="also run a real Prometheus (Debian's prometheus) on loopback scraping the lab")
     up.add_argument("--prometheus-rules", action="append", metavar="FILE",
                     help="rule file Prometheus loads (repeatable), e.g. files/prometheus/gpu-alerts.yml")
+    up.add_argument("--bmc", action="store_true",
+                    help="a Redfish BMC per node (HTTPS on loopback, basic auth; lab.json bmc says where)")
+    up.add_argument("--dcgm", action="store_true",
+                    help="the nodes have DCGM's dcgmi (diag -r 1|2|3 -j; fault dcgm-diag-fail:TEST fails a test)")
     up.add_argument("--scrape-interval", default="1s", help="Prometheus scrape and rule interval (default 1s)")
     up.add_argument("--gpu-operator", action="store_true",
                     help="the NVIDIA GPU Operator owns the driver: its CRDs, ClusterPolicy (driver version --driver), "
@@ -287,7 +291,7 @@ def parser() -> argparse.ArgumentParser:
 
     fault = sub.add_parser("fault", parents=[common], help="break a node: reboot-hang, slow-boot, xid:N[:GPU], "
                            "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, operator-driver-fail, "
-                           "or a cluster fault")
+                           "dcgm-fail:TEST[:GPU] (up --dcgm), or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")
     fault.add_argument("--at-next-boot", action="store_true",

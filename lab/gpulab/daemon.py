@@ -24,6 +24,7 @@ from gpulab import bastion as fleet_bastion, inventory, netns, noderuntime, pers
 from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
+from gpulab.bmc import BmcFleet
 from gpulab.labmetrics import LabMetrics
 from gpulab.layer import nvidia_function
 from gpulab.node import Node, NodeView
@@ -204,6 +205,7 @@ class Lab:
         self.bastion = None
         self.bridges = []
         self.metrics = LabMetrics(self)
+        self.bmc = None              # with `up --bmc`: a Redfish BMC per node (gpulab.bmc)
         self.ip_reservations = []
         self.cluster_faults = {}     # node name -> cluster-side fault kinds forwarded to the kube twin
         self.armed_cluster_faults = {}   # node name -> cluster-side fault kinds armed for the node's next boot
@@ -273,6 +275,8 @@ class Lab:
             node.create(bool(self.settings.get("secure_boot")) or node.name in secure_boot_nodes,
                         blacklist_nouveau=operator_mode, rocky_repo=rocky_repo,
                         extra_debs=runtime_debs[spec["containerd"]], rancher=spec["rancher"])
+            if self.settings.get("dcgm"):   # `up --dcgm`: DCGM's dcgmi on the node's disk, as its package would
+                node.nvidia("dcgmi.install")(root=os.path.join(node.tmpfs_dir, "upper"))
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()
@@ -298,6 +302,9 @@ class Lab:
         self.save_info(metrics=self.metrics.start(bool(self.settings.get("prometheus")),
                                                   self.settings.get("prometheus_rules") or [],
                                                   self.settings.get("scrape_interval") or "1s"))
+        if self.settings.get("bmc"):
+            self.bmc = BmcFleet(self)
+            self.save_info(bmc=self.bmc.start())
         self.save_info(status="ready", inventory=paths["inventory"], ssh_config=paths["ssh_config"],
                        nodes_up_s=nodes_s, up_s=round(time.monotonic() - started, 3))
         self.events.emit("lab", "lab-up", nodes_up_s=nodes_s, up_s=self.info["up_s"])
@@ -593,6 +600,8 @@ class Lab:
         self.stopping.set()
         self.events.emit("lab", "lab-stopping")
         self.metrics.stop()
+        if self.bmc is not None:
+            self.bmc.stop()
         if self.cluster is not None:
             try:
                 self.cluster.stop()

@@ -20,6 +20,10 @@ CLUSTER_FAULTS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash
 # faults that act at boot by themselves: `--at-next-boot` would add nothing
 BOOT_TIME_FAULTS = ("reboot-hang", "slow-boot", "dkms-fail", "secure-boot-no-key")
 DISK_FILL_FILE = "disk-full.fill"
+# tests the twin's dcgmi fails under `dcgm-fail:TEST[:GPU]` (their DCGM names: gpulab/nvidia/dcgmi.py TESTS)
+DCGM_TESTS = ("software", "nvml", "cuda", "permissions", "persistence", "environment", "page_retirement",
+              "graphics_processes", "inforom", "pcie", "memory", "diagnostic", "sm_stress", "targeted_stress",
+              "targeted_power", "memory_bandwidth")
 
 
 class FaultError(ValueError):
@@ -199,7 +203,14 @@ def parse_fault(kind: str) -> tuple:
         if len(parts) > 3 or code <= 0 or gpu_index < 0:
             raise FaultError("fault %r: expected xid:CODE or xid:CODE:GPU_INDEX" % kind)
         return ("xid", code, gpu_index)
-    raise FaultError("unknown fault %r; known: %s, xid:CODE[:GPU]" % (kind, ", ".join(SIMPLE_FAULTS + CLUSTER_FAULTS)))
+    if kind.startswith("dcgm-fail:"):
+        # read inside the node by the twin's dcgmi (`up --dcgm`) from /run/gpulab/faults.json
+        parts = kind.split(":")
+        if len(parts) not in (2, 3) or parts[1] not in DCGM_TESTS or (len(parts) == 3 and not parts[2].isdigit()):
+            raise FaultError("fault %r: expected dcgm-fail:TEST[:GPU], TEST one of %s" % (kind, ", ".join(DCGM_TESTS)))
+        return ("dcgm", parts[1], int(parts[2]) if len(parts) == 3 else 0)
+    raise FaultError("unknown fault %r; known: %s, xid:CODE[:GPU], dcgm-fail:TEST[:GPU]"
+                     % (kind, ", ".join(SIMPLE_FAULTS + CLUSTER_FAULTS)))
 
 
 def check_armable(kind: str) -> tuple:
