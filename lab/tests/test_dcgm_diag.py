@@ -88,14 +88,16 @@ def test_a_lab_without_dcgm_has_no_dcgmi(tmp_path):
         stop_lab(lab)
 
 
-def run_gate(lab, tmp_path, extra=""):
-    """verify_node.yml's DCGM gate (playbooks/tasks/verify_dcgm.yml) on the node: (rc, output)."""
+def run_gate(lab, tmp_path, mode="auto"):
+    """verify_node_host.yml's DCGM gate (playbooks/tasks/verify_dcgm.yml) on the node, with the runbook's settings
+    (gpuops_settings: the spec's gpuops_dcgm_diag and gpuops_dcgm_diag_level) as the runbooks hold them: (rc,
+    output)."""
+    extra = json.dumps({"gpuops_settings": {"gpuops_dcgm_diag": mode, "gpuops_dcgm_diag_level": 2}})
     playbook = tmp_path / "gate.yml"
     playbook.write_text("- hosts: %s\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_tasks: %s\n"
                         % (NODE, os.path.join(REPO_DIR, "playbooks", "tasks", "verify_dcgm.yml")))
     argv = ["ansible-playbook", "-i", os.path.join(lab.state_dir, "inventory.yml"), str(playbook)]
-    if extra:
-        argv += ["-e", extra]
+    argv += ["-e", extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
                           env=dict(lab.env, ANSIBLE_COLLECTIONS_PATH=collections_path() or ""))
     return done.returncode, done.stdout + done.stderr
@@ -110,7 +112,7 @@ def test_the_verify_gate_fails_the_node_naming_the_test_and_is_skipped_when_off(
     try:
         rc, out = run_gate(dcgm_lab, tmp_path)
         assert rc != 0 and "PCIe failed on GPU 3" in out, out
-        rc, out = run_gate(dcgm_lab, tmp_path, "gpuops_dcgm_diag=false")
+        rc, out = run_gate(dcgm_lab, tmp_path, "false")
         assert rc == 0 and "failed=0" in out, out
     finally:
         dcgm_lab.gpulab("clear", NODE, "dcgm-fail:pcie:3")
