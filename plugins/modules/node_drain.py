@@ -300,10 +300,11 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import drain as 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.batch import DEFAULT_WORKERS, run_per_node, summarize
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, NodeApi, api_client_from_module, api_error_message, list_call, object_name_problem,
-    request_json, resource_path, set_connection_pool_size, status_of)
-from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_batch import DrainStepError, drain_batch
+    set_connection_pool_size, status_of)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_batch import (
+    DrainStepError, drain_batch, missing_daemonsets, node_pods)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.drain_engine import (
-    MAX_PARALLEL_EVICTIONS, PDBS, PODS, Drain)
+    MAX_PARALLEL_EVICTIONS, PDBS, Drain)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import format_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import list_json
 from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.record import RecordWriteError, write_record
@@ -323,24 +324,18 @@ def patch_node(module, nodes, name, patch, result):
         module.fail_json(msg=api_error_message(error, "patch node %s" % name), **result)
 
 
-def missing_daemonsets(module, api, pods):
-    missing = set()
-    for namespace, name in sorted(_drain.daemonsets_to_check(pods)):
-        try:
-            request_json(api, "GET", resource_path("apps/v1", "daemonsets", name, namespace))
-        except Exception as error:
-            if status_of(error)[0] != 404:
-                module.fail_json(msg=api_error_message(error, "read DaemonSet %s/%s" % (namespace, name)))
-            missing.add((namespace, name))
-    return missing
+def daemonsets_gone(module, api, pods):
+    try:
+        return missing_daemonsets(api, pods)
+    except DrainStepError as error:
+        module.fail_json(msg=str(error))
 
 
 def list_node_pods(module, api, name):
     try:
-        return list_json(list_call(api, PODS), field_selector="spec.nodeName=" + name,
-                         label_selector=module.params["pod_selector"] or None)[0]
-    except Exception as error:
-        module.fail_json(msg=api_error_message(error, "list the pods of node %s" % name))
+        return node_pods(api, name, module.params["pod_selector"])
+    except DrainStepError as error:
+        module.fail_json(msg=str(error))
 
 
 def list_pdbs(module, api):
@@ -380,7 +375,7 @@ def run_drain(module, api, nodes, node, reason, started, result):
     pods = list_node_pods(module, api, name)
     plan = _drain.classify_pods(pods, ignore_daemonsets=module.params["ignore_daemonsets"],
                                 delete_emptydir_data=module.params["delete_emptydir_data"],
-                                force=module.params["force"], missing_daemonsets=missing_daemonsets(module, api, pods))
+                                force=module.params["force"], missing_daemonsets=daemonsets_gone(module, api, pods))
     result.update(ignored=plan["ignored"], refused=plan["refused"], evicted=[], blocked=[],
                   pods_to_evict=sorted(_drain.pod_key(pod) for pod in plan["evict"]))
     if plan["refused"]:

@@ -30,7 +30,8 @@ class DrainStepError(Exception):
     """One node's step failed: that node alone fails, with this message."""
 
 
-def _missing_daemonsets(api, pods):
+def missing_daemonsets(api, pods):
+    """The DaemonSets of the pods' controllers that are gone (kubectl evicts their pods only with force)."""
     missing = set()
     for namespace, name in sorted(_drain.daemonsets_to_check(pods)):
         try:
@@ -40,6 +41,15 @@ def _missing_daemonsets(api, pods):
                 raise DrainStepError(api_error_message(error, "read DaemonSet %s/%s" % (namespace, name)))
             missing.add((namespace, name))
     return missing
+
+
+def node_pods(api, name, pod_selector=None):
+    """The pods bound to node ``name`` (matching ``pod_selector`` when given)."""
+    try:
+        return list_json(list_call(api, PODS), field_selector="spec.nodeName=" + name,
+                         label_selector=pod_selector or None)[0]
+    except Exception as error:
+        raise DrainStepError(api_error_message(error, "list the pods of node %s" % name))
 
 
 def _patch(nodes, name, patch):
@@ -67,14 +77,10 @@ def prepare_node(api, nodes, name, params, dry_run, move_record):
         if not dry_run:
             node = _patch(nodes, name, patch)
     result["unschedulable"] = True
-    try:
-        pods = list_json(list_call(api, PODS), field_selector="spec.nodeName=" + name,
-                         label_selector=params["pod_selector"] or None)[0]
-    except Exception as error:
-        raise DrainStepError(api_error_message(error, "list the pods of node %s" % name))
+    pods = node_pods(api, name, params["pod_selector"])
     plan = _drain.classify_pods(pods, ignore_daemonsets=params["ignore_daemonsets"],
                                 delete_emptydir_data=params["delete_emptydir_data"], force=params["force"],
-                                missing_daemonsets=_missing_daemonsets(api, pods))
+                                missing_daemonsets=missing_daemonsets(api, pods))
     if plan["refused"]:
         undo = _drain.undo_cordon_patch(node, record_before)
         if undo is not None and not dry_run:
