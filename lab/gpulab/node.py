@@ -334,9 +334,10 @@ class Node:
         """A path inside the running node, seen from the host (through its PID 1's root)."""
         return "/proc/%d/root/%s" % (self.holder_pid, path.lstrip("/"))
 
-    def take_control_request(self):
-        """The reboot/poweroff request the node's fake shutdown wrote, if any (consumed)."""
-        path = os.path.join(self.control_dir, "request")
+    def _take_request(self, name: str, unreadable):
+        """The JSON request a fake program of the node wrote to control_dir/name, if any (consumed); ``unreadable``
+        when it is not JSON."""
+        path = os.path.join(self.control_dir, name)
         try:
             with open(path) as stream:
                 text = stream.read()
@@ -346,21 +347,15 @@ class Node:
         try:
             return json.loads(text)
         except ValueError:
-            return {"action": "reboot", "when": "now", "program": "unknown"}
+            return unreadable
+
+    def take_control_request(self):
+        """The reboot/poweroff request the node's fake shutdown wrote, if any (consumed)."""
+        return self._take_request("request", {"action": "reboot", "when": "now", "program": "unknown"})
 
     def take_modprobe_request(self):
         """A ``modprobe nvidia`` the node's fake modprobe asked for (``nvidia/bin/modprobe``), if any (consumed)."""
-        path = os.path.join(self.control_dir, "modprobe")
-        try:
-            with open(path) as stream:
-                text = stream.read()
-            os.unlink(path)
-        except FileNotFoundError:
-            return None
-        try:
-            return json.loads(text)
-        except ValueError:
-            return None
+        return self._take_request("modprobe", None)
 
     def modprobe(self, request: dict) -> None:
         """``modprobe nvidia`` in the running node: the module modprobe finds for the running release loads as at
