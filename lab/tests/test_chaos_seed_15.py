@@ -7,9 +7,7 @@ step, a cordon with its reason by `gpuops.nvidia.node_drain`, succeeds."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,20 +15,14 @@ import pytest
 from gpulab.kube.api.kubeconfig import write_kubeconfig
 from gpulab.kube.api.server import ApiServer
 from gpulab.kube.api.store import Store
-from gpulab.testkit.lab import collections_path
+from gpulab.testkit.lab import module_command
 
 NODE = "gpu-node-01"
 DOWN_S = 10
 
 
 def start_module(module, **args) -> subprocess.Popen:
-    path = collections_path()
-    if path is None:
-        pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
-    argv = ["ansible", "localhost", "-i", "localhost,", "-c", "local", "-e",
-            "ansible_python_interpreter=%s" % sys.executable, "-m", module, "-a", json.dumps(args)]
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=path, ANSIBLE_DEPRECATION_WARNINGS="false",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    argv, env = module_command(module, args)
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

@@ -6,9 +6,7 @@ timeout. The API twin restarts (listener closed 12 s) at the first eviction of a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -16,19 +14,13 @@ import pytest
 from gpulab.kube.api.kubeconfig import write_kubeconfig
 from gpulab.kube.api.server import ApiServer
 from gpulab.kube.api.store import Store
-from gpulab.testkit.lab import collections_path
+from gpulab.testkit.lab import module_command
 
 NODE = "gpu-node-02"
 
 
 def run_module(module, **args):
-    path = collections_path()
-    if path is None:
-        pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
-    argv = ["ansible", "localhost", "-i", "localhost,", "-c", "local", "-e",
-            "ansible_python_interpreter=%s" % sys.executable, "-m", module, "-a", json.dumps(args)]
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=path, ANSIBLE_DEPRECATION_WARNINGS="false",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    argv, env = module_command(module, args)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
     assert "=> " in done.stdout, done.stdout + done.stderr
     return done.returncode, json.loads(done.stdout[done.stdout.index("=> ") + 3:])

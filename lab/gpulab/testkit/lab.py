@@ -148,3 +148,16 @@ def collections_path():
         if candidate and os.path.exists(module):
             return candidate
     return None
+
+
+def module_command(module: str, args: dict):
+    """``(argv, env)`` of an ad-hoc ``ansible localhost -m MODULE`` run with this interpreter and the collection
+    tree (the way a test drives one of the collection's controller modules outside a playbook)."""
+    path = collections_path()
+    if path is None:
+        pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
+    argv = ["ansible", "localhost", "-i", "localhost,", "-c", "local", "-e",
+            "ansible_python_interpreter=%s" % sys.executable, "-m", module, "-a", json.dumps(args)]
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=path, ANSIBLE_DEPRECATION_WARNINGS="false",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    return argv, env
