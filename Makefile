@@ -13,7 +13,7 @@ TREE ?= $(or $(TMPDIR),/tmp)/gpuops-nvidia-$(shell printf %s "$(CURDIR)" | md5su
 COLLECTION_DIR := $(TREE)/ansible_collections/gpuops/nvidia
 SANITY_PYTHON ?= 3.11
 TARGET_PYTHONS ?= 3.9 3.10 3.12 3.13
-PYTEST_LAB ?= -q -n 3 --dist loadfile --durations=15
+PYTEST_LAB ?= -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25
 STATE_DIR ?= $(CURDIR)/lab-state
 APT_PACKAGES ?= hack/apt-packages.txt
 # <ansible-core minor>:<python>: the floor of meta/runtime.yml and the newest requirements.txt allows

@@ -27,6 +27,23 @@ FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"
                 os.path.join(LAB_DIR, "tests", "nvidia_fixtures"))
 
 
+# `make lab-test` hands whole files to its workers (--dist loadfile) in collection order (--no-loadscope-reorder:
+# pytest-xdist would otherwise start the files with the most tests first, and a one-test file that runs for
+# minutes last, alone). The files that take minutes go first, longest first, so the suite ends with short files.
+LONGEST_FIRST = (
+    "test_runbook_batch_faults.py", "test_runbook_upgrade_faults.py", "test_runbook_driver_upgrade.py",
+    "test_runbook_operator_upgrade.py", "test_alertmanager_silence.py", "test_runbook_node_bootstrap.py",
+    "test_hardening_lock_rbac.py", "test_runbook_upgrade_multinode.py", "test_runner_upgrade_bastion.py",
+    "test_role_nvidia_driver.py", "test_chaos_seed_214.py", "test_chaos_seed_130.py", "test_chaos_seed_364.py",
+    "test_chaos_seed_15.py", "test_chaos_ssh_cut.py", "test_runbook_repair_xid79.py", "test_gates_drain.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))
+
+
 def fixture_path(name: str) -> str:
     for directory in FIXTURE_DIRS:
         path = os.path.join(directory, name)
