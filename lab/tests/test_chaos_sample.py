@@ -7,7 +7,8 @@ working and the roll-out keeps its invariants under faults nobody scripted. The 
 - seed 68: batches of one node, rollback on; the controller SIGKILLed at the 4th record change (the canary
   rebooting or verifying), then the resume run with the same run id (verify only, no second reboot).
 
-Seed 130 (a kill while a batch of two is in flight) breaks an invariant today: test_chaos_seed_130.py.
+Seed 130 (a kill while a batch of two is in flight) broke an invariant once; its regression test is
+test_chaos_seed_130.py.
 """
 from __future__ import annotations
 
