@@ -291,6 +291,7 @@ def parser() -> argparse.ArgumentParser:
 
     fault = sub.add_parser("fault", parents=[common], help="break a node: reboot-hang, slow-boot, xid:N[:GPU], "
                            "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, operator-driver-fail, "
+                           "driver-skew, plugin-socket-stale, kubelet-socket-dead (case 3), "
                            "dcgm-fail:TEST[:GPU] (up --dcgm), or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")

@@ -11,12 +11,16 @@ import copy
 import os
 import shutil
 import signal
+import socket
 import subprocess
 
 from gpulab.devviews import make_nvidia_dev_nodes, make_pci_devices
 from gpulab.osutil import kill_pids, process_name, write_file, write_json
 
-CLUSTER_FAULTS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down")
+CLUSTER_FAULTS = ("stale-device-plugin", "kubelet-restart", "device-plugin-crash", "pdb-block", "kubelet-down",
+                  "device-plugin-mig-mismatch")
+# faults a reboot ends (driver-skew: the module on disk is loaded at boot, kernel and userspace agree again)
+CLEARED_BY_BOOT = ("driver-skew",)
 # faults that act at boot by themselves: `--at-next-boot` would add nothing
 BOOT_TIME_FAULTS = ("reboot-hang", "slow-boot", "dkms-fail", "secure-boot-no-key")
 DISK_FILL_FILE = "disk-full.fill"
@@ -94,6 +98,7 @@ def reapply_driver_files(node, faults: list) -> None:
     """Rewrite the running node's kernel-driver files (/proc/driver/nvidia, /sys/module) for ``faults``."""
     if not node.holder_pid or not node.state.get("module_loaded"):
         return
+    faults = ["driver-mismatch" if kind == "driver-skew" else kind for kind in faults]
     state = node.nvidia("boot.compute_boot_state")(root=node.root_path("/"), hw=node.hw(),
                                                     efi=copy.deepcopy(node.booted_efi), faults=faults)
     if not state.get("module_loaded"):
@@ -102,6 +107,65 @@ def reapply_driver_files(node, faults: list) -> None:
         if path.startswith(("/proc/driver/nvidia/", "/sys/module/")):
             write_file(node.root_path(path), text)
     node.state["kernel_driver_version"] = state.get("kernel_driver_version")
+
+
+# ---- case 3: what makes the device plugin crash on the node's side -----------------------------------------------
+# driver-skew: driver-mismatch until the next boot (a half-done upgrade that a reboot finishes: CLEARED_BY_BOOT).
+# plugin-socket-stale: a socket file nobody serves at the plugin's path (the plugin's bind fails: address in use);
+# kubelet-socket-dead: the kubelet's registration socket refuses (its file replaced by a dead one) until the kubelet
+# restarts (`systemctl restart kubelet`: the stand-in binds a new one). The Kubernetes twin reads both files through
+# NodeView.device_plugin_blocker when the plugin starts.
+PLUGIN_SOCKET = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+
+def _dead_socket(path: str) -> None:
+    """A unix socket file at ``path`` that nobody listens on (connect: connection refused)."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        dead.bind(path)
+    finally:
+        dead.close()
+
+
+def apply_plugin_socket_stale(node) -> dict:
+    if node.holder_pid:
+        _dead_socket(node.root_path(PLUGIN_SOCKET))
+    return {"socket": PLUGIN_SOCKET}
+
+
+def clear_plugin_socket_stale(node) -> None:
+    if node.holder_pid and os.path.lexists(node.root_path(PLUGIN_SOCKET)):
+        os.unlink(node.root_path(PLUGIN_SOCKET))
+
+
+def apply_kubelet_socket_dead(node) -> dict:
+    if node.holder_pid:
+        _dead_socket(node.root_path(KUBELET_SOCKET))
+    return {"socket": KUBELET_SOCKET}
+
+
+def clear_kubelet_socket_dead(node) -> None:
+    if node.holder_pid:
+        node.run(["systemctl", "restart", "kubelet"], timeout=30)
+
+
+def socket_refuses(path: str) -> bool:
+    """True when a unix socket file is at ``path`` and connecting to it is refused (nobody listens)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+        return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 # ---- disk-full --------------------------------------------------------------------------------------------------
@@ -183,6 +247,9 @@ NODE_FAULTS = {
     "driver-mismatch": (apply_driver_mismatch, clear_driver_mismatch),
     # GPU Operator mode: the driver container's module build fails on this node (read by nvidia/driverctr.py)
     "operator-driver-fail": (_no_details, _nothing_to_undo),
+    "driver-skew": (apply_driver_mismatch, clear_driver_mismatch),
+    "plugin-socket-stale": (apply_plugin_socket_stale, clear_plugin_socket_stale),
+    "kubelet-socket-dead": (apply_kubelet_socket_dead, clear_kubelet_socket_dead),
 }
 SIMPLE_FAULTS = tuple(NODE_FAULTS)
 

@@ -212,6 +212,11 @@ class Node:
 
     def _boot_namespace(self, efi, started: float) -> bool:
         boot_id = str(uuid.uuid4())
+        ended = [kind for kind in self.faults if kind in node_faults.CLEARED_BY_BOOT]
+        for kind in ended:   # e.g. driver-skew: this boot loads the module on disk
+            self.faults.remove(kind)
+        if ended:
+            self.write_faults_file()
         request_path = os.path.join(self.dir, "boot-request.json")
         write_json(request_path, self.boot_request(efi, boot_id))
         self.clear_control_requests()
@@ -542,7 +547,7 @@ class NodeView:
         return node.state["kernel_driver_version"]
 
     def visible_gpus(self) -> list:
-        if self.driver_version() is None or "driver-mismatch" in self._node.faults:
+        if self.driver_version() is None or {"driver-mismatch", "driver-skew"} & set(self._node.faults):
             return []
         node = self._node
         as_views = node.nvidia("smi.visible_gpus")
@@ -553,6 +558,23 @@ class NodeView:
             except OSError:
                 pass  # the node went down meanwhile
         return as_views(node.hw())
+
+    def device_plugin_blocker(self):
+        """What on the node's disk keeps the device plugin from starting (runbook case 3), read now:
+        ``stale_socket`` (a file at the plugin's socket path: the twin's plugin is no process, so any file there is
+        stale), ``kubelet_not_listening`` (under kubelet-socket-dead, while the kubelet's socket refuses), else None."""
+        node = self._node
+        if not self.is_up():
+            return None
+        try:
+            if os.path.lexists(node.root_path(node_faults.PLUGIN_SOCKET)):
+                return "stale_socket"
+        except OSError:
+            return None
+        if "kubelet-socket-dead" in node.faults and \
+                node_faults.socket_refuses(node.root_path(node_faults.KUBELET_SOCKET)):
+            return "kubelet_not_listening"
+        return None
 
     def pci_gpu_count(self) -> int:
         """NVIDIA GPUs on the node's PCI bus (an Xid 79 GPU is off the bus), driver or not."""

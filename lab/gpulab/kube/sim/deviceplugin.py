@@ -228,3 +228,45 @@ def nvml_failure_log(when: float, failure: str = "library_not_found") -> str:
         "Error: failed to initialize NVML: %s" % code,
     ]
     return "".join("%s %s\n" % (stamp, line) for line in lines)
+
+
+# The crashes of runbook case 3 besides NVML (NVIDIA/k8s-device-plugin internal/plugin/server.go `Start`,
+# cmd/nvidia-device-plugin/main.go `startPlugins`, internal/rm/device_map.go): what the plugin prints before it exits.
+PLUGIN_SOCKET = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+
+def stale_socket_log(when: float) -> str:
+    """The plugin cannot listen on its socket: a stale one is in the way (bind: address already in use)."""
+    error = "listen unix %s: bind: address already in use" % PLUGIN_SOCKET
+    lines = ["Loading NVML", "Starting FS watcher.", "Starting OS watcher.", "Retreiving plugins.",
+             "Starting GRPC server for '%s'" % GPU_RESOURCE,
+             "Could not start device plugin for '%s': %s" % (GPU_RESOURCE, error),
+             "Failed to start plugin: %s" % error]
+    return "".join("%s %s\n" % (_log_time(when), line) for line in lines)
+
+
+def registration_failure_log(when: float) -> str:
+    """The plugin serves its socket but the kubelet's registration socket refuses it."""
+    error = ('rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial '
+             'unix %s: connect: connection refused"' % KUBELET_SOCKET)
+    lines = ["Loading NVML", "Starting FS watcher.", "Starting OS watcher.", "Retreiving plugins.",
+             "Starting GRPC server for '%s'" % GPU_RESOURCE,
+             "Starting to serve '%s' on %s" % (GPU_RESOURCE, PLUGIN_SOCKET),
+             "Could not register device plugin: %s" % error,
+             "Stopping to serve '%s' on %s" % (GPU_RESOURCE, PLUGIN_SOCKET),
+             "Failed to start plugin: %s" % error]
+    return "".join("%s %s\n" % (_log_time(when), line) for line in lines)
+
+
+def mig_strategy_log(when: float, mig_strategy: str) -> str:
+    """The node's MIG layout does not fit the plugin's strategy: single with more than one MIG profile (mixed:
+    the strategy MPS refuses)."""
+    if mig_strategy == "mixed":
+        error = "unable to validate flags: using --mig-strategy=mixed is not supported with MPS"
+    else:
+        error = ("error getting plugins: unable to create plugins: failed to construct resource managers: error "
+                 "building device map: invalid MIG configuration: more than one MIG device type present on node")
+    lines = ["Loading NVML", "Loading configuration.", 'Running with config: {"flags": {"migStrategy": "%s"}}'
+             % mig_strategy, "error starting plugins: %s" % error]
+    return "".join("%s %s\n" % (_log_time(when), line) for line in lines)

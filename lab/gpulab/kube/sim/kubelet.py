@@ -526,7 +526,7 @@ class Kubelet:
             self._start_plugin(pod, now)
         elif crashed and now >= runtime["next_attempt"]:
             self._start_plugin(pod, now)
-        elif not crashed and "device-plugin-crash" in self.faults:
+        elif not crashed and ("device-plugin-crash" in self.faults or self._plugin_blocker() is not None):
             self._start_plugin(pod, now)
         elif not crashed and self._registered is None and self._stale_plugin_uid != uid \
                 and self._reregister_after is None:
@@ -551,7 +551,19 @@ class Kubelet:
         return True
 
     def _plugin_can_start(self) -> bool:
-        return bool(self._snapshot and self._snapshot.gpus) and "device-plugin-crash" not in self.faults
+        return bool(self._snapshot and self._snapshot.gpus) and "device-plugin-crash" not in self.faults \
+            and self._plugin_blocker() is None
+
+    def _plugin_blocker(self):
+        """Case 3 crashes besides NVML: the MIG strategy fault, or what the node's disk shows now (a stale plugin
+        socket, a kubelet socket nobody answers: NodeView.device_plugin_blocker, read live, not from the
+        snapshot, so a repair over SSH counts at the plugin's next start); None when nothing is in the way."""
+        if "device-plugin-mig-mismatch" in self.faults:
+            return "mig_strategy_mismatch"
+        blocker = getattr(self.view, "device_plugin_blocker", None)
+        if not callable(blocker) or not (self._snapshot and self._snapshot.gpus):
+            return None
+        return blocker()
 
     def _nvml_failure(self) -> str:
         """Why NVML fails here: no driver ever seen = no libnvidia-ml; a driver that was there but is not
@@ -571,8 +583,16 @@ class Kubelet:
             self._register(pod, now)
             return
         self._registered = None
-        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"],
-                      deviceplugin.nvml_failure_log(now, self._nvml_failure()))
+        blocker = self._plugin_blocker() if self._snapshot and self._snapshot.gpus else None
+        if blocker == "stale_socket":
+            log = deviceplugin.stale_socket_log(now)
+        elif blocker == "kubelet_not_listening":
+            log = deviceplugin.registration_failure_log(now)
+        elif blocker == "mig_strategy_mismatch":
+            log = deviceplugin.mig_strategy_log(now, self.config.mig_strategy)
+        else:
+            log = deviceplugin.nvml_failure_log(now, self._nvml_failure())
+        self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], log)
         self._write_crash_loop(pod, runtime, 1, now)
 
     def _write_crash_loop(self, pod: dict, runtime: dict, exit_code: int, now: float) -> None:
