@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 from gpulab.nvidia import ctk, smi
 
@@ -29,10 +30,24 @@ def _in_root(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
+def nvml_version(base: str):
+    """The version of the NVML library under the root ``base`` (where its `libnvidia-ml.so.1` link leads), None when
+    there is none. The links are followed inside ``base``: seen from the host through `/proc/<pid1>/root`, a
+    node's `/run` is a mount of its own that `os.path.realpath` would leave."""
+    path = _in_root(base, smi.NVML_LIBRARY_LINK)
+    for _hop in range(8):
+        if not os.path.islink(path):
+            break
+        target = os.readlink(path)
+        path = _in_root(base, target) if target.startswith("/") else os.path.join(os.path.dirname(path), target)
+    match = re.search(r"libnvidia-ml\.so\.(\d+(?:\.\d+)+)$", path)
+    return match.group(1) if match and os.path.isfile(path) else None
+
+
 def _holds_driver(root: str, driver_root: str) -> bool:
     """NVML and nvidia-smi of a driver under ``driver_root`` (what the validation's `nvidia-smi` run needs)."""
     base = _in_root(root, driver_root)
-    return smi.userspace_driver_version(base) is not None and os.path.isfile(_in_root(base, "/usr/bin/nvidia-smi"))
+    return nvml_version(base) is not None and os.path.isfile(_in_root(base, "/usr/bin/nvidia-smi"))
 
 
 def validation_driver_root(text: str):
@@ -62,7 +77,7 @@ def container_edits(root: str = "/"):
     if driver is None:
         return None
     base = _in_root(root, driver)
-    version = smi.userspace_driver_version(base)
+    version = nvml_version(base)
     prefix = "" if driver == HOST_DRIVER_ROOT else driver.rstrip("/")
     mounts = [{"hostPath": prefix + path, "containerPath": path, "options": list(ctk.MOUNT_OPTIONS)}
               for path in ctk.driver_files(base, version)]
