@@ -327,6 +327,14 @@ class Node:
         return subprocess.Popen(self.nsenter_node() + list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=environment, start_new_session=True)
 
+    def gpu_container_edits(self):
+        """What the NVIDIA container runtime injects into a GPU container on this node now (the layer's
+        ``ctrinject.container_edits`` on the node's root: driver root, device nodes, mounts); None when the node is
+        not running or holds no driver."""
+        if not self.holder_pid:
+            return None
+        return self.nvidia("ctrinject.container_edits")(self.root_path("/"))
+
     def _program_path(self, program: str):
         candidates = [program] if "/" in program else [d + "/" + program for d in NODE_PATH.split(":")]
         for candidate in candidates:
@@ -588,6 +596,9 @@ class NodeView:
 
     def start_process(self, argv: list, env=None):
         return self._node.start_process(argv, env)
+
+    def gpu_container_edits(self):
+        return self._node.gpu_container_edits()
 
     def start_driver_container(self, version: str, modules_in_use: bool = False) -> tuple:
         """GPU Operator mode: the driver pod's container starts on the node; (ok, log)."""

@@ -136,6 +136,38 @@ def test_up_gpu_operator_labels_policy_daemonset_and_loaded_driver(oplab):
                      check=False).returncode != 0
 
 
+def finished_pod(lab, name):
+    return eventually(lambda: (lambda pod: pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None)(
+        get_json(lab, "pod", name)), 60, "pod %s finished" % name)
+
+
+def test_a_gpu_pod_gets_nvidia_smi_from_the_driver_root_and_a_pod_without_gpus_does_not(oplab):
+    name = "gpu-node-02"
+    assert oplab.ssh(name, "command -v nvidia-smi", check=False).returncode != 0    # no host driver on the node
+    query = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
+    pods = {"gpu-smi": (["nvidia-smi", "-L"], {"limits": {"nvidia.com/gpu": 1}}, None),
+            "gpu-shell": (["sh", "-c", "%s; echo $LD_LIBRARY_PATH" % query], {"limits": {"nvidia.com/gpu": 1}}, None),
+            "runtime-class": (["sh", "-c", "%s | head -1" % query], {}, "nvidia"),
+            "no-gpu": (["sh", "-c", "command -v nvidia-smi || echo none"], {}, None),
+            "no-gpu-smi": (["nvidia-smi", "-L"], {}, None)}
+    apply(oplab, [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "default"},
+                   "spec": dict({"nodeName": name, "restartPolicy": "Never",
+                                 "containers": [{"name": "c", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                                                 "command": command, "resources": resources}]},
+                                **({"runtimeClassName": runtime_class} if runtime_class else {}))}
+                  for pod, (command, resources, runtime_class) in pods.items()])
+    logs = {}
+    for pod in pods:
+        logs[pod] = (finished_pod(oplab, pod)["status"]["phase"], kubectl(oplab, "logs", pod).stdout)
+    assert logs["gpu-smi"][0] == "Succeeded" and len(re.findall(r"^GPU \d+: .*\(UUID: GPU-", logs["gpu-smi"][1],
+                                                                  re.M)) == 8, logs["gpu-smi"]
+    assert logs["gpu-shell"] == ("Succeeded", "%s\n/run/nvidia/driver/usr/lib/x86_64-linux-gnu\n" % "\n".join([V1] * 8))
+    assert logs["runtime-class"] == ("Succeeded", V1 + "\n")
+    assert logs["no-gpu"] == ("Succeeded", "none\n")
+    assert logs["no-gpu-smi"][0] == "Failed" and "nvidia-smi" in logs["no-gpu-smi"][1]
+    kubectl(oplab, "delete", "pod", *pods, "--wait=false")
+
+
 def test_auto_upgrade_off_changes_nothing_until_a_driver_pod_is_deleted(oplab):
     old_pods = {name: driver_pod(oplab, name)["metadata"]["uid"] for name in NODES}
     patch_policy(oplab, {"version": V2, "upgradePolicy": {"autoUpgrade": False}})

@@ -80,10 +80,6 @@ def fleet(needs_root, tmp_path_factory):
     base = tmp_path_factory.mktemp("operator-fleet")
     lab = start_patiently(str(base / "state"), "--nodes", "4", "--driver", OLD, "--gpu-operator",
                           "--operator-time-scale", "0.01", "--boot-delay", "0.5")
-    # The twin's pods run nvidia-smi on the node's PATH, where the Operator's toolkit would inject the driver
-    # container's one (/run/nvidia/driver): put it there for the runbook's smoke-test pod.
-    for node in lab.node_names:
-        lab.ssh(node, "ln -sf /run/nvidia/driver/usr/bin/nvidia-smi /usr/local/bin/nvidia-smi")
     yield OperatorFleet(lab, tmp_path_factory.mktemp("operator-fleet-runs"))
     stop_lab(lab)
     shutil.rmtree(str(base), ignore_errors=True)

@@ -4,9 +4,11 @@ The kubelet posts the Node (capacity/allocatable, conditions, nodeInfo with the 
 renews its Lease in kube-node-lease, and runs the pods bound to it. A single container whose `command`/`args`
 name a program the node twin has runs as a process in the node's namespaces (`containers.py`): its output is
 the pod log, its exit code the container state (Completed/Error, CrashLoopBackOff, phase Succeeded/Failed
-by restartPolicy). `nvidia-smi ...` runs through NodeView.run. Containers without a command, whose program
-the node lacks, or on a view that starts no processes "run" until deleted. The device-plugin pod registers
-the GPUs the node's driver exposes; without NVML it crash-loops with the plugin's real failure log.
+by restartPolicy). `nvidia-smi ...` runs through NodeView.run. A GPU container gets the driver the node's NVIDIA
+runtime injects (`gpuinject.py`: on a GPU Operator node, `nvidia-smi` from `/run/nvidia/driver`). Containers
+without a command, whose program the node lacks, or on a view that starts no processes "run" until deleted.
+The device-plugin pod registers the GPUs the node's driver exposes; without NVML it crash-loops with the
+plugin's real failure log.
 
 All methods run on the controller thread, except the `nvidia-smi` commands (a small thread pool).
 """
@@ -26,6 +28,7 @@ from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMES
 from .objects import meta, pod_is_terminating
 from .containers import ContainerProcesses, container_argv, container_env
 from .driverpod import OperatorPods
+from .gpuinject import gets_gpus, injected
 from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
                    restarts_after_exit)
 
@@ -447,7 +450,7 @@ class Kubelet:
                 return
             runtime = self._start_container(pod, now)
             runtime["state"] = "running"
-            self._jobs[uid] = self.executor.submit(self._run_command, command_argv(pod))
+            self._jobs[uid] = self.executor.submit(self._run_command, command_argv(pod), gets_gpus(pod))
             self._write_running(pod, runtime, now, ready=True)
             return
         if not job.done():
@@ -470,8 +473,10 @@ class Kubelet:
         if due:
             self.processes.forget(uid)      # a node reboot took the old process with it
             self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], "")
-            started = self.processes.start(uid, meta(pod).get("namespace"), meta(pod)["name"], container_argv(pod),
-                                           container_env(pod))
+            argv, env = container_argv(pod), container_env(pod)
+            if gets_gpus(pod):
+                argv, env = injected(argv, env, self._gpu_container_edits())
+            started = self.processes.start(uid, meta(pod).get("namespace"), meta(pod)["name"], argv, env)
             if started is False:
                 self.processes.missing_program.add(uid)
                 self._sync_long_running_pod(pod, now)
@@ -492,8 +497,18 @@ class Kubelet:
             runtime["state"] = "terminated"
             self._write_terminated(pod, runtime, exit_code, now)
 
-    def _run_command(self, argv: list):
+    def _gpu_container_edits(self):
+        """What the node's NVIDIA runtime injects into a GPU container now (None: nothing, or a view without it)."""
+        edits = getattr(self.view, "gpu_container_edits", None)
         try:
+            return edits() if callable(edits) else None
+        except OSError:      # the node went down meanwhile
+            return None
+
+    def _run_command(self, argv: list, gpus: bool = False):
+        try:
+            if gpus:
+                argv, _env = injected(argv, {}, self._gpu_container_edits())
             exit_code, stdout, stderr = self.view.run(argv, timeout=60)
         except Exception as error:  # the node twin went away mid-command
             exit_code, stdout, stderr = 128, "", "%s\n" % error
