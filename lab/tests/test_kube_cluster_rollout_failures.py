@@ -25,6 +25,7 @@ IMAGES_IN_USE = ["busybox", "registry.k8s.io/pause:3.10", "nvcr.io/nvidia/cuda:1
                  "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.8.0",
                  "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v24.9.0", "nvcr.io/nvidia/pytorch:24.05-py3",
                  "nvcr.io/nvidia/tritonserver:24.08-py3", "nginx:1.27", "vllm/vllm-openai:v0.6.3",
+                 "triton:24.08", "cuda:12", "cuda", "x", "a:1", "b:2",
                  # and those kubernetes.core's integration targets expect to run
                  "python:3.7-alpine", "alpine:3.14.0", "busybox:1.33.0", "nginx:1.17", "redis", "docker.io/nginx",
                  "gcr.io/kuar-demo/kuard-amd64:v0.10.0-green", "quay.io/fluentd_elasticsearch/fluentd:v2.5.2",
@@ -49,6 +50,7 @@ def test_made_up_images_fail_as_containerd_reports_them():
         '"quay.io/fluentd_elasticsearch/fluentd:v2734894949": quay.io/fluentd_elasticsearch/fluentd:v2734894949: '
         'not found')
     assert images.normalize("adslfkjadslfkjadslkfjsadf") == "docker.io/library/adslfkjadslfkjadslkfjsadf:latest"
+    assert "pull access denied" in images.pull_error("adslfkjadslfkjadslkfjsadf")
 
 
 @pytest.fixture
