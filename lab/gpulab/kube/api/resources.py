@@ -37,6 +37,9 @@ RESOURCES: Dict[str, dict] = {
     "roles": _resource("rbac.authorization.k8s.io", "v1", "Role", True),
     "rolebindings": _resource("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
     "runtimeclasses": _resource("node.k8s.io", "v1", "RuntimeClass", False),
+    # create only, answered by access.py (nothing stored): listed so clients that discover by kind find it
+    "selfsubjectaccessreviews": _resource("authorization.k8s.io", "v1", "SelfSubjectAccessReview", False,
+                                          verbs=["create"]),
     "resourceslices": _resource("resource.k8s.io", "v1beta1", "ResourceSlice", False),
     "deviceclasses": _resource("resource.k8s.io", "v1beta1", "DeviceClass", False),
     "resourceclaims": _resource("resource.k8s.io", "v1beta1", "ResourceClaim", True, [], ["status"]),
