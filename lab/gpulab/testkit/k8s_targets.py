@@ -1,0 +1,215 @@
+"""kubernetes.core's own integration targets run against the Kubernetes API twin: a manual tool, not part of CI.
+
+    PYTHONPATH=lab .venv/bin/python -m gpulab.testkit.k8s_targets --checkout /work/.mirror/ansible-collections+kubernetes.core/repo
+        [--ref 6.2.0] [--targets k8s_info,k8s_apply] [--timeout 900] [--jobs 3]
+        [--out benchmarks/results/kubernetes_core_targets.md]
+
+`--checkout` is a git directory of github.com/ansible-collections/kubernetes.core (the `fetch` tool's mirror or a
+clone); `--ref` defaults to the version of the kubernetes.core the venv's `ansible` package installs, so the
+targets test the modules they were written for. The tree at that ref is `git archive`d into a work folder as
+`ansible_collections/kubernetes/core`, and each target runs as its CI runs it (`bash runme.sh` in the target's
+folder, `ANSIBLE_ROLES_PATH=../`), with `K8S_AUTH_KUBECONFIG`, `KUBECONFIG` and a private `HOME/.kube/config`
+pointing at a fresh twin per target (`KubeCluster` with two GPU nodes in this process; a pod's command runs as
+a process of this machine, as in the lab tests' `FakeNodeView(host_processes=True)`: the targets' commands are
+echo, date, seq and sleep, killed when the twin stops). Targets that need what the twin cannot
+give are skipped with the reason (disabled in their aliases, the Helm binary, a registry, kustomize).
+
+The result is a Markdown table (target, result, seconds, the first failed task) and each target's log under
+`<out>.logs/` (not committed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from gpulab.kube.sim.cluster import KubeCluster
+from gpulab.kube.testing import FakeNodeView, make_gpus
+
+LAB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_DIR = os.path.dirname(LAB_DIR)
+VENV_BIN = os.path.dirname(sys.executable)
+DEFAULT_OUT = os.path.join(REPO_DIR, "benchmarks", "results", "kubernetes_core_targets.md")
+TARGETS_DIR = os.path.join("tests", "integration", "targets")
+
+
+def installed_version() -> str:
+    """The kubernetes.core version the venv's `ansible` package ships (its MANIFEST.json)."""
+    import ansible_collections  # the `ansible` package's namespace package
+    for base in ansible_collections.__path__:
+        manifest = os.path.join(base, "kubernetes", "core", "MANIFEST.json")
+        if os.path.exists(manifest):
+            with open(manifest) as stream:
+                return json.load(stream)["collection_info"]["version"]
+    raise SystemExit("no kubernetes.core in this venv's ansible package: pass --ref")
+
+
+def extract(checkout: str, ref: str, work: str) -> str:
+    collection = os.path.join(work, "ansible_collections", "kubernetes", "core")
+    os.makedirs(collection)
+    archive = subprocess.run(["git", "-C", checkout, "archive", "--format=tar", ref], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", collection], input=archive, check=True)
+    return collection
+
+
+# targets whose tasks need what the twin does not give (read from their tasks)
+NEEDS_WHAT_THE_TWIN_LACKS = {
+    "k8s_check_mode": "installs kubernetes releases from PyPI into a virtualenv (a package registry)",
+    "k8s_copy": "k8s_cp runs tar through exec in the container's own filesystem (the twin's containers have none)",
+}
+
+
+def skip_reason(target_dir: str):
+    """Why a target cannot run against the twin, or None."""
+    name = os.path.basename(target_dir)
+    aliases = _read(os.path.join(target_dir, "aliases")).split()
+    meta = _read(os.path.join(target_dir, "meta", "main.yml"))
+    if "disabled" in aliases:
+        return "disabled in its aliases (a setup role)"
+    if not os.path.exists(os.path.join(target_dir, "runme.sh")):
+        return "no runme.sh"
+    if name.startswith("helm") or "install_helm" in meta:
+        if shutil.which("helm") is None:
+            return "needs the Helm binary and charts from the internet"
+    if "setup_helm_registry" in meta or "registry" in name:
+        return "needs an OCI registry"
+    if name == "lookup_kustomize" and shutil.which("kustomize") is None:
+        return "needs the kustomize binary"
+    return NEEDS_WHAT_THE_TWIN_LACKS.get(name)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as stream:
+            return stream.read()
+    except OSError:
+        return ""
+
+
+def start_twin(state_dir: str) -> KubeCluster:
+    # host_processes: a pod's command runs as a process (the targets' commands are echo, date, sleep, seq)
+    views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8), host_processes=True) for index in range(2)]
+    return KubeCluster(state_dir, views, heartbeat_s=1.0, tick_s=0.1, crash_backoff_s=1.0, job_backoff_s=1.0,
+                       container_start_s=0.5).start()
+
+
+def first_failure(log: str) -> str:
+    """The first failed task of an ansible-playbook log (`TASK [...]` then `fatal:`), or its last line."""
+    task = None
+    for line in log.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK ["):].split("]", 1)[0]
+        elif line.startswith(("fatal:", "failed:")) and "...ignoring" not in line:
+            message = re.search(r'"msg": "([^"]{0,160})', line)
+            return "%s: %s" % (task, message.group(1) if message else line[:160])
+    lines = [line for line in log.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
+    target_dir = os.path.join(collection, TARGETS_DIR, name)
+    state_dir = tempfile.mkdtemp(prefix="k8s-target-%s-" % name)
+    twin = start_twin(state_dir)
+    started = time.monotonic()
+    try:
+        home = os.path.join(state_dir, "home")
+        os.makedirs(os.path.join(home, ".kube"))
+        shutil.copy(twin.kubeconfig_path, os.path.join(home, ".kube", "config"))
+        env = dict(os.environ, HOME=home, KUBECONFIG=twin.kubeconfig_path, K8S_AUTH_KUBECONFIG=twin.kubeconfig_path,
+                   ANSIBLE_COLLECTIONS_PATH=os.path.dirname(os.path.dirname(os.path.dirname(collection))),
+                   ANSIBLE_DEPRECATION_WARNINGS="false", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+                   ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+                   PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"))
+        log_path = os.path.join(log_dir, name + ".log")
+        with open(log_path, "w") as stream:       # streamed: a running target's progress is readable there
+            process = subprocess.Popen(["bash", "runme.sh", "-e", "ansible_python_interpreter=%s" % sys.executable],
+                                       cwd=target_dir, env=env, stdout=stream, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            try:
+                code = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)     # runme.sh's whole session: ansible-playbook and workers
+                process.wait()
+                code = None
+        log = _read(log_path)
+        if code is None:
+            log += "\ntimed out after %d s\n" % timeout
+    finally:
+        twin.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    seconds = time.monotonic() - started
+    if code == 0:
+        return {"target": name, "result": "passed", "seconds": seconds, "detail": ""}
+    return {"target": name, "result": "failed" if code is not None else "timed out", "seconds": seconds,
+            "detail": first_failure(log)}
+
+
+def write_table(path: str, ref: str, rows: list) -> None:
+    ran = [row for row in rows if row["result"] != "skipped"]
+    passed = [row for row in ran if row["result"] == "passed"]
+    lines = ["# kubernetes.core %s integration targets against the API twin" % ref, "",
+             "Written by `lab/gpulab/testkit/k8s_targets.py` (a manual tool, not run in CI; its docstring says how "
+             "to run it). %d of %d targets that ran passed; %d skipped." % (len(passed), len(ran),
+                                                                            len(rows) - len(ran)), "",
+             "| target | result | seconds | first failure / why skipped |", "|---|---|---|---|"]
+    for row in rows:
+        detail = row["detail"].replace("|", "\\|").replace("\n", " ")
+        seconds = "%.0f" % row["seconds"] if row.get("seconds") is not None else ""
+        lines.append("| %s | %s | %s | %s |" % (row["target"], row["result"], seconds, detail))
+    with open(path, "w") as stream:
+        stream.write("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkout", required=True, help="git directory of ansible-collections/kubernetes.core")
+    parser.add_argument("--ref", help="tag or commit (default: the installed kubernetes.core's version)")
+    parser.add_argument("--targets", help="comma-separated target names (default: all)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per target")
+    parser.add_argument("--jobs", type=int, default=1, help="targets run at once (each against its own twin)")
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    ref = args.ref or installed_version()
+    work = tempfile.mkdtemp(prefix="k8s-targets-")
+    log_dir = args.out + ".logs"
+    os.makedirs(log_dir, exist_ok=True)
+    rows = []
+    try:
+        collection = extract(args.checkout, ref, work)
+        names = sorted(os.listdir(os.path.join(collection, TARGETS_DIR)))
+        if args.targets:
+            names = [name for name in names if name in args.targets.split(",")]
+        to_run = []
+        for name in names:
+            reason = skip_reason(os.path.join(collection, TARGETS_DIR, name))
+            if reason:
+                rows.append({"target": name, "result": "skipped", "seconds": None, "detail": reason})
+            else:
+                to_run.append(name)
+
+        def one(name):
+            row = run_target(collection, name, args.timeout, log_dir)
+            print("%-28s %-9s %5.0f s  %s" % (row["target"], row["result"], row["seconds"], row["detail"]),
+                  flush=True)
+            return row
+        # each target has its own twin, HOME and namespace: --jobs N runs N of them at once
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            rows += list(pool.map(one, to_run))
+        rows.sort(key=lambda row: row["target"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_table(args.out, ref, rows)
+    return 0 if all(row["result"] in ("passed", "skipped") for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
