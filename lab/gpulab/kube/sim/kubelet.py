@@ -19,13 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from ..api.errors import ApiError
 from ..api.eviction import pod_is_ready, pod_is_terminal
 from ..api.timefmt import rfc3339
-from . import deviceplugin, images, scheduler
+from . import deviceplugin, scheduler
 from .nodestatus import (CONTAINER_RUNTIME_VERSION, KUBELET_VERSION, LEASE_NAMESPACE, NODE_ALLOCATABLE, NODE_CAPACITY,
                          OS_IMAGE, conditions_without_times, micro_time, node_lease, ready_conditions,
                          status_unknown_conditions)
 from .objects import meta, pod_is_terminating
 from .containers import ContainerProcesses, container_argv, container_env
 from .driverpod import OperatorPods
+from .images import ImagePulls
 from .multicontainer import MultiContainerPods
 from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
                    restarts_after_exit)
@@ -95,6 +96,7 @@ class Kubelet:
         self._published_slice = None
         self.operator_pods = OperatorPods(self)
         self.multi_container_pods = MultiContainerPods(self)
+        self.image_pulls = ImagePulls(self)
         view.subscribe(self._on_view_event)
 
     # --- node twin events -----------------------------------------------------------------------
@@ -316,7 +318,7 @@ class Kubelet:
                 self.operator_pods.sync(pod, pods, now)
             elif deviceplugin.is_device_plugin_pod(pod):
                 self._sync_plugin_pod(pod, now)
-            elif self._image_not_pulled(pod, now):
+            elif self.image_pulls.failing(pod, now):
                 continue
             elif self.multi_container_pods.handles(pod):
                 self.multi_container_pods.sync(pod, now)
@@ -423,66 +425,6 @@ class Kubelet:
         elif runtime["needs_restart"] or (pod.get("status") or {}).get("phase") != "Running":
             runtime = self._start_container(pod, now)
             self._write_running(pod, runtime, now, ready=True)
-
-    # --- images the registries do not hold (images.py) ------------------------------------------
-    def _image_not_pulled(self, pod: dict, now: float) -> bool:
-        """A container whose image cannot be pulled never starts: `ErrImagePull` at each pull attempt, then
-        `ImagePullBackOff` until the next one (the kubelet's image back-off doubles as the crash back-off
-        does, 10 s to 5 min upstream). The pod stays Pending and not Ready, so a wait on it fails."""
-        containers = (pod.get("spec") or {}).get("containers") or []
-        errors = {c.get("name"): images.pull_error(c.get("image") or "") for c in containers}
-        if not any(errors.values()):
-            return False
-        uid = meta(pod).get("uid")
-        runtime = self._runtime.get(uid)
-        if runtime is None or runtime.get("state") != "pulling":
-            runtime = self._runtime[uid] = {"attempt": 0, "restart_count": 0, "started_at": now,
-                                            "needs_restart": False, "next_attempt": now, "state": "pulling",
-                                            "pulls": 0, "reason": None}
-        if now >= runtime["next_attempt"]:
-            runtime["pulls"] += 1
-            backoff_s = min(self.config.max_crash_backoff_s,
-                            self.config.crash_backoff_s * (2 ** (runtime["pulls"] - 1)))
-            runtime.update(next_attempt=now + backoff_s, reason="ErrImagePull",
-                           back_off_at=now + min(1.0, backoff_s / 2))
-            for container in containers:
-                if errors.get(container.get("name")):
-                    image = container.get("image")
-                    self.client.record_event(pod, "Pulling", 'Pulling image "%s"' % image, component="kubelet")
-                    self.client.record_event(pod, "Failed", 'Failed to pull image "%s": %s' % (
-                        image, errors[container.get("name")]), "Warning", component="kubelet")
-                    self.client.record_event(pod, "Failed", "Error: ErrImagePull", "Warning", component="kubelet")
-            self._write_pull_failure(pod, runtime, errors, now)
-        elif runtime["reason"] == "ErrImagePull" and now >= runtime["back_off_at"]:
-            runtime["reason"] = "ImagePullBackOff"
-            for container in containers:
-                if errors.get(container.get("name")):
-                    self.client.record_event(pod, "BackOff", images.back_off_message(container.get("image")),
-                                             component="kubelet")
-            self._write_pull_failure(pod, runtime, errors, now)
-        return True
-
-    def _write_pull_failure(self, pod: dict, runtime: dict, errors: dict, now: float) -> None:
-        """Containers whose image failed wait (ErrImagePull with the CRI error, or ImagePullBackOff); the
-        others of the pod run."""
-        statuses = []
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            error = errors.get(container.get("name"))
-            status = {"name": container.get("name"), "image": container.get("image", ""), "imageID": "",
-                      "ready": False, "started": False, "restartCount": 0, "lastState": {}}
-            if not error:
-                status.update(containerID=container_id(meta(pod).get("uid"), 0), ready=True, started=True,
-                              state={"running": {"startedAt": rfc3339(runtime["started_at"])}})
-            elif runtime["reason"] == "ErrImagePull":
-                status["state"] = {"waiting": {"reason": "ErrImagePull", "message": error}}
-            else:
-                status["state"] = {"waiting": {"reason": "ImagePullBackOff",
-                                               "message": images.back_off_message(container.get("image"))}}
-            statuses.append(status)
-        pod_status = pod_status_base(pod, now, False, self.node_ip)
-        running = any(status.get("started") for status in statuses)
-        pod_status.update({"phase": "Running" if running else "Pending", "containerStatuses": statuses})
-        self.client.patch("pods", pod, {"status": pod_status}, subresource="status")
 
     def _write_creating(self, pod: dict, runtime: dict, now: float) -> None:
         statuses = [{"name": container.get("name"), "image": container.get("image", ""), "imageID": "",
