@@ -8,8 +8,7 @@
 clone); `--ref` defaults to the version of the kubernetes.core the venv's `ansible` package installs, so the
 targets test the modules they were written for. The tree at that ref is `git archive`d into a work folder as
 `ansible_collections/kubernetes/core`, and each target runs as its CI runs it (`bash runme.sh` in the target's
-folder, `ANSIBLE_ROLES_PATH=../`), with `K8S_AUTH_KUBECONFIG`, `KUBECONFIG` and a private `HOME/.kube/config`
-pointing at a fresh twin per target (`KubeCluster` with two GPU nodes in this process; a pod's command runs as
+folder, `ANSIBLE_ROLES_PATH=../`), with a private `HOME` whose `.kube/config` points at a fresh twin per target (`KubeCluster` with two GPU nodes in a process of its own; a pod's command runs as
 a process of this machine, as in the lab tests' `FakeNodeView(host_processes=True)`: the targets' commands are
 echo, date, seq and sleep, killed when the twin stops). Targets that need what the twin cannot
 give are skipped with the reason (disabled in their aliases, the Helm binary, a registry, kustomize).
@@ -65,6 +64,7 @@ def extract(checkout: str, ref: str, work: str) -> str:
 NEEDS_WHAT_THE_TWIN_LACKS = {
     "k8s_check_mode": "installs kubernetes releases from PyPI into a virtualenv (a package registry)",
     "k8s_copy": "k8s_cp runs tar through exec in the container's own filesystem (the twin's containers have none)",
+    "k8s_exec": "exec into a container (the twin serves no exec/attach streams)",
 }
 
 
@@ -95,23 +95,57 @@ def _read(path: str) -> str:
         return ""
 
 
-def start_twin(state_dir: str) -> KubeCluster:
+def serve_twin(state_dir: str) -> None:
+    """`--serve-twin DIR`: a twin in this process until stdin closes (one process per target: twins in one
+    process would share the table of custom resources)."""
     # host_processes: a pod's command runs as a process (the targets' commands are echo, date, sleep, seq)
     views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8), host_processes=True) for index in range(2)]
-    return KubeCluster(state_dir, views, heartbeat_s=1.0, tick_s=0.1, crash_backoff_s=1.0, job_backoff_s=1.0,
+    twin = KubeCluster(state_dir, views, heartbeat_s=1.0, tick_s=0.1, crash_backoff_s=1.0, job_backoff_s=1.0,
                        container_start_s=0.5).start()
+    try:
+        print("ready", flush=True)
+        sys.stdin.read()
+    finally:
+        twin.stop()
+
+
+def start_twin(state_dir: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([LAB_DIR, os.environ.get("PYTHONPATH", "")]))
+    process = subprocess.Popen([sys.executable, "-m", "gpulab.testkit.k8s_targets", "--serve-twin", state_dir],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+    if process.stdout.readline().strip() != "ready":
+        process.kill()
+        raise RuntimeError("the twin of %s did not start" % state_dir)
+    return process
+
+
+def stop_twin(process: subprocess.Popen) -> None:
+    process.stdin.close()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def first_failure(log: str) -> str:
-    """The first failed task of an ansible-playbook log (`TASK [...]` then `fatal:`), or its last line."""
-    task = None
-    for line in log.splitlines():
+    """The first failed task of an ansible-playbook log that was not ignored (`TASK [...]`, then `fatal:` and
+    its message up to the next task, without `...ignoring`), or the log's last line."""
+    task, lines = None, log.splitlines()
+    for index, line in enumerate(lines):
         if line.startswith("TASK ["):
             task = line[len("TASK ["):].split("]", 1)[0]
-        elif line.startswith(("fatal:", "failed:")) and "...ignoring" not in line:
-            message = re.search(r'"msg": "([^"]{0,160})', line)
-            return "%s: %s" % (task, message.group(1) if message else line[:160])
-    lines = [line for line in log.splitlines() if line.strip()]
+        elif line.startswith(("fatal:", "failed:")):
+            block = []
+            for following in lines[index:]:
+                if following.startswith(("TASK [", "PLAY RECAP")) and block:
+                    break
+                block.append(following)
+            if any(one.startswith("...ignoring") for one in block):
+                continue
+            message = re.search(r'"msg": "((?:[^"\\]|\\.){0,200})', "\n".join(block))
+            return "%s: %s" % (task, message.group(1) if message else line[:200])
+    lines = [line for line in lines if line.strip()]
     return lines[-1][:200] if lines else ""
 
 
@@ -119,12 +153,15 @@ def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
     target_dir = os.path.join(collection, TARGETS_DIR, name)
     state_dir = tempfile.mkdtemp(prefix="k8s-target-%s-" % name)
     twin = start_twin(state_dir)
+    kubeconfig = os.path.join(state_dir, "kubeconfig")
     started = time.monotonic()
     try:
         home = os.path.join(state_dir, "home")
         os.makedirs(os.path.join(home, ".kube"))
-        shutil.copy(twin.kubeconfig_path, os.path.join(home, ".kube", "config"))
-        env = dict(os.environ, HOME=home, KUBECONFIG=twin.kubeconfig_path, K8S_AUTH_KUBECONFIG=twin.kubeconfig_path,
+        shutil.copy(kubeconfig, os.path.join(home, ".kube", "config"))
+        # the twin is ~/.kube/config only, as in the targets' CI (k8s_full checks that nothing else is)
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("K8S_AUTH_", "KUBECONFIG"))}
+        env.update(HOME=home,
                    ANSIBLE_COLLECTIONS_PATH=os.path.dirname(os.path.dirname(os.path.dirname(collection))),
                    ANSIBLE_DEPRECATION_WARNINGS="false", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_PYTHON_INTERPRETER=sys.executable,
@@ -144,7 +181,7 @@ def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
         if code is None:
             log += "\ntimed out after %d s\n" % timeout
     finally:
-        twin.stop()
+        stop_twin(twin)
         shutil.rmtree(state_dir, ignore_errors=True)
     seconds = time.monotonic() - started
     if code == 0:
@@ -171,13 +208,19 @@ def write_table(path: str, ref: str, rows: list) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkout", required=True, help="git directory of ansible-collections/kubernetes.core")
+    parser.add_argument("--checkout", help="git directory of ansible-collections/kubernetes.core")
+    parser.add_argument("--serve-twin", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--ref", help="tag or commit (default: the installed kubernetes.core's version)")
     parser.add_argument("--targets", help="comma-separated target names (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per target")
     parser.add_argument("--jobs", type=int, default=1, help="targets run at once (each against its own twin)")
     parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    if args.serve_twin:
+        serve_twin(args.serve_twin)
+        return 0
+    if not args.checkout:
+        parser.error("--checkout is required")
     ref = args.ref or installed_version()
     work = tempfile.mkdtemp(prefix="k8s-targets-")
     log_dir = args.out + ".logs"
