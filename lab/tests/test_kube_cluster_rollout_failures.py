@@ -134,3 +134,12 @@ def test_updating_a_deployment_whose_service_account_was_deleted_is_refused(twin
     # the old pod serves; the replica the new ReplicaSet is asked for is unavailable (what `wait` reads)
     assert (status["replicas"], status["availableReplicas"], status.get("updatedReplicas", 0)) == (1, 1, 0)
     assert status["unavailableReplicas"] == 1
+
+
+def test_a_null_request_left_by_an_apply_counts_as_zero_and_the_pod_is_scheduled(twin):
+    # kubernetes.core's apply of a template whose `requests.memory` went from 100Mi to null (k8s_apply target)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nullmem", "namespace": "default"},
+           "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {
+               "limits": {"cpu": "50m", "memory": "50Mi"}, "requests": {"cpu": "50m", "memory": None}}}]}}
+    twin.store.create("pods", pod, "default")
+    kubectl(twin, "wait", "pod/nullmem", "--for=condition=Ready", "--timeout=30s")

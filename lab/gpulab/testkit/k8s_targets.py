@@ -99,7 +99,8 @@ def serve_twin(state_dir: str) -> None:
     """`--serve-twin DIR`: a twin in this process until stdin closes (one process per target: twins in one
     process would share the table of custom resources)."""
     # host_processes: a pod's command runs as a process (the targets' commands are echo, date, sleep, seq)
-    views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8), host_processes=True) for index in range(2)]
+    host_processes = os.environ.get("GPULAB_TARGETS_HOST_PROCESSES", "1") == "1"
+    views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8), host_processes=host_processes) for index in range(2)]
     twin = KubeCluster(state_dir, views, heartbeat_s=1.0, tick_s=0.1, crash_backoff_s=1.0, job_backoff_s=1.0,
                        container_start_s=0.5).start()
     try:
