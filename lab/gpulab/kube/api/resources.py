@@ -22,6 +22,8 @@ RESOURCES: Dict[str, dict] = {
     "secrets": _resource("", "v1", "Secret", True),
     "serviceaccounts": _resource("", "v1", "ServiceAccount", True, ["sa"], ["token"]),
     "services": _resource("", "v1", "Service", True, ["svc"], ["status"]),
+    # stored only: no provisioner binds them (they stay Pending), enough for clients that create and read them
+    "persistentvolumeclaims": _resource("", "v1", "PersistentVolumeClaim", True, ["pvc"], ["status"]),
     "events": _resource("", "v1", "Event", True, ["ev"]),
     "events.events.k8s.io": _resource("events.k8s.io", "v1", "Event", True, ["ev"]),
     "leases": _resource("coordination.k8s.io", "v1", "Lease", True),

@@ -1,5 +1,5 @@
-"""A client that finds a kind through discovery (kubernetes.core's ``k8s`` with ``kind: SelfSubjectAccessReview``)
-finds ``selfsubjectaccessreviews`` in ``authorization.k8s.io/v1`` (create only), and creating one answers it."""
+"""Kinds a client finds through discovery (kubernetes.core's ``k8s`` with ``kind:``): ``selfsubjectaccessreviews``
+in ``authorization.k8s.io/v1`` (create only, answered, nothing stored) and ``persistentvolumeclaims`` (stored)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ def test_self_subject_access_review_is_discovered_and_answered(twin):
     assert answer["status"]["allowed"] is True
     # nothing is stored: it is no resource one lists
     assert "selfsubjectaccessreviews" not in kubectl(twin, "api-resources", "--verbs=list", "-o", "name").stdout
+
+
+def test_persistent_volume_claims_are_stored(twin):
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "default"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}
+    kubectl(twin, "apply", "-f", "-", stdin=json.dumps(claim))
+    stored = json.loads(kubectl(twin, "get", "pvc", "data", "-o", "json").stdout)
+    assert stored["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    kubectl(twin, "delete", "pvc", "data")
