@@ -191,18 +191,36 @@ def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
             "detail": first_failure(log)}
 
 
-def write_table(path: str, ref: str, rows: list) -> None:
+def read_results(path: str) -> dict:
+    """target -> result of a table this tool wrote (for `--before`)."""
+    results = {}
+    for line in _read(path).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[1] in ("passed", "failed", "timed out", "skipped"):
+            results[cells[0]] = cells[1]
+    return results
+
+
+def write_table(path: str, ref: str, rows: list, before=None, before_label="") -> None:
     ran = [row for row in rows if row["result"] != "skipped"]
     passed = [row for row in ran if row["result"] == "passed"]
     lines = ["# kubernetes.core %s integration targets against the API twin" % ref, "",
              "Written by `lab/gpulab/testkit/k8s_targets.py` (a manual tool, not run in CI; its docstring says how "
              "to run it). %d of %d targets that ran passed; %d skipped." % (len(passed), len(ran),
                                                                             len(rows) - len(ran)), "",
-             "| target | result | seconds | first failure / why skipped |", "|---|---|---|---|"]
+             ]
+    if before:
+        ran_before = [result for result in before.values() if result != "skipped"]
+        lines[-1:] = ["", "Before (%s): %d of %d that ran passed." % (
+            before_label, sum(1 for result in ran_before if result == "passed"), len(ran_before)), ""]
+        lines += ["| target | before | result | seconds | first failure / why skipped |", "|---|---|---|---|---|"]
+    else:
+        lines += ["| target | result | seconds | first failure / why skipped |", "|---|---|---|---|"]
     for row in rows:
         detail = row["detail"].replace("|", "\\|").replace("\n", " ")
         seconds = "%.0f" % row["seconds"] if row.get("seconds") is not None else ""
-        lines.append("| %s | %s | %s | %s |" % (row["target"], row["result"], seconds, detail))
+        cells = [row["target"]] + ([before.get(row["target"], "")] if before else []) + [row["result"], seconds, detail]
+        lines.append("| %s |" % " | ".join(cells))
     with open(path, "w") as stream:
         stream.write("\n".join(lines) + "\n")
 
@@ -216,13 +234,26 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per target")
     parser.add_argument("--jobs", type=int, default=1, help="targets run at once (each against its own twin)")
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--before", help="a table this tool wrote earlier: its results become a column")
+    parser.add_argument("--before-label", default="the earlier run", help="what --before was run on")
+    parser.add_argument("--table-only", action="store_true",
+                        help="rewrite --out (adding --before) from the rows it holds, running nothing")
     args = parser.parse_args(argv)
     if args.serve_twin:
         serve_twin(args.serve_twin)
         return 0
-    if not args.checkout:
+    if not args.checkout and not args.table_only:
         parser.error("--checkout is required")
     ref = args.ref or installed_version()
+    if args.table_only:
+        rows = []
+        for line in _read(args.out).splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if len(cells) >= 4 and cells[-3] in ("passed", "failed", "timed out", "skipped"):
+                rows.append({"target": cells[0], "result": cells[-3],
+                             "seconds": float(cells[-2]) if cells[-2] else None, "detail": cells[-1]})
+        write_table(args.out, ref, rows, read_results(args.before) if args.before else None, args.before_label)
+        return 0
     work = tempfile.mkdtemp(prefix="k8s-targets-")
     log_dir = args.out + ".logs"
     os.makedirs(log_dir, exist_ok=True)
@@ -251,7 +282,7 @@ def main(argv=None) -> int:
         rows.sort(key=lambda row: row["target"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    write_table(args.out, ref, rows)
+    write_table(args.out, ref, rows, read_results(args.before) if args.before else None, args.before_label)
     return 0 if all(row["result"] in ("passed", "skipped") for row in rows) else 1
 
 
