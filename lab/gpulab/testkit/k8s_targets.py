@@ -84,6 +84,8 @@ def skip_reason(target_dir: str):
         return "needs an OCI registry"
     if name == "lookup_kustomize" and shutil.which("kustomize") is None:
         return "needs the kustomize binary"
+    if name == "k8s_manifest_url" and not os.path.exists("/var/run/docker.sock"):
+        return "serves its manifests from an nginx container (a Docker daemon and an image registry)"
     return NEEDS_WHAT_THE_TWIN_LACKS.get(name)
 
 
