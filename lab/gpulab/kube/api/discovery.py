@@ -104,7 +104,7 @@ def resource_list(group: str, version: str, served: Optional[Dict[str, dict]] = 
 _OPENAPI_PACKAGES = {"": "io.k8s.api.core", "apps": "io.k8s.api.apps", "policy": "io.k8s.api.policy",
                      "coordination.k8s.io": "io.k8s.api.coordination", "events.k8s.io": "io.k8s.api.events",
                      "batch": "io.k8s.api.batch", "rbac.authorization.k8s.io": "io.k8s.api.rbac",
-                     "node.k8s.io": "io.k8s.api.node", "resource.k8s.io": "io.k8s.api.resource"}
+                     "node.k8s.io": "io.k8s.api.node", "authorization.k8s.io": "io.k8s.api.authorization", "resource.k8s.io": "io.k8s.api.resource"}
 
 
 def _openapi_definition_name(info: dict) -> str:

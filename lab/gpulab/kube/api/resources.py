@@ -22,6 +22,8 @@ RESOURCES: Dict[str, dict] = {
     "secrets": _resource("", "v1", "Secret", True),
     "serviceaccounts": _resource("", "v1", "ServiceAccount", True, ["sa"], ["token"]),
     "services": _resource("", "v1", "Service", True, ["svc"], ["status"]),
+    # stored only: no provisioner binds them (they stay Pending), enough for clients that create and read them
+    "persistentvolumeclaims": _resource("", "v1", "PersistentVolumeClaim", True, ["pvc"], ["status"]),
     "events": _resource("", "v1", "Event", True, ["ev"]),
     "events.events.k8s.io": _resource("events.k8s.io", "v1", "Event", True, ["ev"]),
     "leases": _resource("coordination.k8s.io", "v1", "Lease", True),
@@ -37,6 +39,9 @@ RESOURCES: Dict[str, dict] = {
     "roles": _resource("rbac.authorization.k8s.io", "v1", "Role", True),
     "rolebindings": _resource("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
     "runtimeclasses": _resource("node.k8s.io", "v1", "RuntimeClass", False),
+    # create only, answered by access.py (nothing stored): listed so clients that discover by kind find it
+    "selfsubjectaccessreviews": _resource("authorization.k8s.io", "v1", "SelfSubjectAccessReview", False,
+                                          verbs=["create"]),
     "resourceslices": _resource("resource.k8s.io", "v1beta1", "ResourceSlice", False),
     "deviceclasses": _resource("resource.k8s.io", "v1beta1", "DeviceClass", False),
     "resourceclaims": _resource("resource.k8s.io", "v1beta1", "ResourceClaim", True, [], ["status"]),

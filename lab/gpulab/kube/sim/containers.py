@@ -34,9 +34,10 @@ class ContainerProcesses:
     def available(self) -> bool:
         return callable(getattr(self._view, "start_process", None))
 
-    def start(self, uid: str, namespace: str, name: str, argv: list, env: dict):
+    def start(self, uid: str, namespace: str, name: str, argv: list, env: dict, container=None):
         """True when started; False when the node has no such program; None when at the process bound
-        (or the node cannot start processes now): the caller tries again later."""
+        (or the node cannot start processes now): the caller tries again later. `container`: the log is that
+        container's of a pod of several (`uid` then names the container's process, `multicontainer.py`)."""
         with self._lock:
             if sum(1 for entry in self._processes.values() if entry["exit_code"] is None) >= self.max_processes:
                 return None
@@ -49,18 +50,18 @@ class ContainerProcesses:
         entry = {"process": process, "exit_code": None}
         with self._lock:
             self._processes[uid] = entry
-        threading.Thread(target=self._follow, args=(entry, namespace, name), daemon=True,
+        threading.Thread(target=self._follow, args=(entry, namespace, name, container), daemon=True,
                          name="gpulab-container-%s" % name).start()
         return True
 
-    def _follow(self, entry: dict, namespace: str, name: str) -> None:
+    def _follow(self, entry: dict, namespace: str, name: str, container=None) -> None:
         process = entry["process"]
         written = 0
         for chunk in iter(lambda: process.stdout.read1(65536), b""):
             if written < LOG_LIMIT_BYTES:
                 text = chunk[:LOG_LIMIT_BYTES - written].decode("utf-8", "replace")
                 written += len(chunk)
-                self._logs.append(namespace, name, text)
+                self._logs.append(namespace, name, text, container)
         process.stdout.close()
         code = process.wait()
         entry["exit_code"] = 128 - code if code < 0 else code    # killed by signal N: 128 + N, as a runtime says

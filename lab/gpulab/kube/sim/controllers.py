@@ -23,7 +23,7 @@ from ..api.timefmt import rfc3339
 from . import scheduler
 from .informer import Informer
 from .jobs import JobController
-from .objects import meta, owner_reference, pod_counts_for_controller, pod_is_terminating, random_suffix, template_hash
+from .objects import meta, owner_reference, pod_counts_for_controller, pod_is_terminating, template_hash
 from .statefulsets import StatefulSetController
 from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_pod_node_name, daemonset_may_continue_on,
                         daemonset_should_run_on, deployment_condition, deployment_status, needs_scheduling,
@@ -221,9 +221,15 @@ class ControllerManager:
             new_rs = self._create_replicaset(deployment, pod_hash, old_sets)
             if new_rs is None:
                 return
+        asked = {}
         for rs, replicas in rollout_targets(spec, desired, new_rs, old_sets):
+            asked[meta(rs).get("uid")] = replicas
             if int((rs.get("spec") or {}).get("replicas", 0)) != replicas:
                 self.patch("replicasets", rs, {"spec": {"replicas": replicas}})
+        # the status below reads the ReplicaSets as just scaled (copies: the informer's objects stay as they are)
+        def as_scaled(rs):
+            return dict(rs, spec=dict(rs.get("spec") or {}, replicas=asked.get(meta(rs).get("uid"), 0)))
+        new_rs, old_sets = as_scaled(new_rs), [as_scaled(rs) for rs in old_sets]
         revision = meta(new_rs).get("annotations", {}).get("deployment.kubernetes.io/revision")
         if revision and meta(deployment).get("annotations", {}).get("deployment.kubernetes.io/revision") != revision:
             self.patch("deployments", deployment, {"metadata": {"annotations": {
@@ -328,14 +334,15 @@ class ControllerManager:
         labels.update(extra_labels or {})
         pod = {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name or "%s-%s" % (meta(owner)["name"], random_suffix()),
-                         "namespace": namespace,
+            "metadata": {"namespace": namespace,
                          "labels": labels,
                          "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
                          "ownerReferences": [owner_reference(owner)]},
             "spec": pod_spec,   # the store sets status.phase Pending and the qosClass of these resources
         }
-        if not name:
+        if name:
+            pod["metadata"]["name"] = name
+        else:   # the API server names it (after admission, whose refusals name the generateName, as upstream)
             pod["metadata"]["generateName"] = "%s-" % meta(owner)["name"]
         return self.create("pods", pod, namespace=namespace)
 

@@ -29,6 +29,8 @@ from .objects import meta, pod_is_terminating
 from .containers import ContainerProcesses, container_argv, container_env
 from .driverpod import OperatorPods
 from .gpuinject import gets_gpus, injected
+from .images import ImagePulls
+from .multicontainer import MultiContainerPods
 from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
                    restarts_after_exit)
 
@@ -96,6 +98,8 @@ class Kubelet:
         self._slice_generation = 0
         self._published_slice = None
         self.operator_pods = OperatorPods(self)
+        self.multi_container_pods = MultiContainerPods(self)
+        self.image_pulls = ImagePulls(self)
         view.subscribe(self._on_view_event)
 
     # --- node twin events -----------------------------------------------------------------------
@@ -317,6 +321,10 @@ class Kubelet:
                 self.operator_pods.sync(pod, pods, now)
             elif deviceplugin.is_device_plugin_pod(pod):
                 self._sync_plugin_pod(pod, now)
+            elif self.image_pulls.failing(pod, now):
+                continue
+            elif self.multi_container_pods.handles(pod):
+                self.multi_container_pods.sync(pod, now)
             elif command_argv(pod) is not None:
                 self._sync_command_pod(pod, now)
             elif self.processes.runs(pod):
@@ -332,8 +340,8 @@ class Kubelet:
             self.operator_pods.forget(uid)
             self._jobs.pop(uid, None)
             self.processes.missing_program.discard(uid)
-        for uid in [uid for uid in self.processes.uids() if uid not in present]:
-            self.processes.forget(uid)
+        for key in [key for key in self.processes.uids() if key.split("/", 1)[0] not in present]:
+            self.processes.forget(key)      # a pod's process (key UID) or one of its containers' (UID/NAME)
 
     def _reject_if_resources_missing(self, pod: dict, pods: list, now: float) -> bool:
         """Kubelet admission: a pod bound past the scheduler (spec.nodeName set by its author) that asks for
@@ -357,16 +365,20 @@ class Kubelet:
 
     def _finalize(self, pod: dict, now: float) -> None:
         uid = meta(pod).get("uid")
-        if self.processes.running(uid):
-            # SIGTERM now, SIGKILL after the grace period; the pod goes once its process has exited
+        keys = [key for key in self.processes.uids() if key.split("/", 1)[0] == uid]
+        if any(self.processes.running(key) for key in keys):
+            # SIGTERM now, SIGKILL after the grace period; the pod goes once its processes have exited
             runtime = self._runtime.setdefault(uid, {})
             if "kill_at" not in runtime:
-                self.processes.terminate(uid)
+                for key in keys:
+                    self.processes.terminate(key)
                 runtime["kill_at"] = now + int(meta(pod).get("deletionGracePeriodSeconds") or 0)
             elif now >= runtime["kill_at"]:
-                self.processes.kill(uid)
+                for key in keys:
+                    self.processes.kill(key)
             return
-        self.processes.forget(uid)
+        for key in keys + [uid]:
+            self.processes.forget(key)
         self.processes.missing_program.discard(uid)
         self._runtime.pop(uid, None)
         if self._stale_plugin_uid == uid:

@@ -11,27 +11,32 @@ from ..api.timefmt import rfc3339
 
 
 class PodLogs:
-    """Container logs by (namespace, pod name), read by the API server's pods/log handler."""
+    """Container logs by (namespace, pod name, container), read by the API server's pods/log handler. A log kept
+    without a container name is the pod's single container's."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._logs = {}
 
-    def set(self, namespace: str, name: str, text: str) -> None:
+    def set(self, namespace: str, name: str, text: str, container=None) -> None:
         with self._lock:
-            self._logs[(namespace, name)] = text
+            self._logs[(namespace, name, container)] = text
 
-    def append(self, namespace: str, name: str, text: str) -> None:
+    def append(self, namespace: str, name: str, text: str, container=None) -> None:
         with self._lock:
-            self._logs[(namespace, name)] = self._logs.get((namespace, name), "") + text
+            key = (namespace, name, container)
+            self._logs[key] = self._logs.get(key, "") + text
 
     def get(self, namespace: str, name: str, container=None):
         with self._lock:
-            return self._logs.get((namespace, name))
+            if container is not None and (namespace, name, container) in self._logs:
+                return self._logs[(namespace, name, container)]
+            return self._logs.get((namespace, name, None))
 
     def drop(self, namespace: str, name: str) -> None:
         with self._lock:
-            self._logs.pop((namespace, name), None)
+            for key in [key for key in self._logs if key[:2] == (namespace, name)]:
+                del self._logs[key]
 
 
 _SHELLS = ("sh", "bash")

@@ -27,7 +27,10 @@ _SUFFIX_FACTORS = {
 
 
 def parse_quantity(text) -> Decimal:
-    """Parse a Kubernetes resource.Quantity ("500m", "80Gi", "8", 8) into a Decimal of base units."""
+    """Parse a Kubernetes resource.Quantity ("500m", "80Gi", "8", 8) into a Decimal of base units. None (a
+    `null` a client's apply left in `resources`) is 0, as kube-apiserver decodes a null Quantity."""
+    if text is None:
+        return Decimal(0)
     match = _QUANTITY_RE.match(str(text).strip())
     if not match or match.group(2) not in _SUFFIX_FACTORS:
         raise ValueError("invalid resource quantity %r" % (text,))

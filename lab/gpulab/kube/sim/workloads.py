@@ -134,9 +134,13 @@ def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: i
                    ('ReplicaSet "%s" has successfully progressed.' if complete else 'ReplicaSet "%s" is progressing.')
                    % meta(new_rs)["name"], now),
     ]
+    # unavailableReplicas counts against what the ReplicaSets are asked for (their spec.replicas), as the
+    # deployment controller's calculateStatus does: a new ReplicaSet whose pods cannot be created (refused by
+    # admission, e.g. a deleted ServiceAccount) leaves replicas unavailable while the old pods still serve.
+    wanted = max(desired, sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in sets))
     return {"observedGeneration": meta(deployment).get("generation", 1), "replicas": total("replicas"),
             "updatedReplicas": updated, "readyReplicas": total("readyReplicas"), "availableReplicas": available,
-            "unavailableReplicas": max(0, desired - available) or None, "conditions": conditions}
+            "unavailableReplicas": max(0, wanted - available) or None, "conditions": conditions}
 
 
 def deployment_condition(previous: dict, condition_type: str, ok: bool, reason: str, message: str,
