@@ -177,6 +177,10 @@ class PackageMirror:
         return result
 
     def inventory_vars(self) -> dict:
-        """What the inventory sets so the container_runtime role installs the toolkit from here."""
-        return {"container_runtime_toolkit_repo_base_url": "%s/%s" % (self.url, TOOLKIT_TREE),
-                "container_runtime_toolkit_repo_key_url": "%s/%s/gpgkey" % (self.url, TOOLKIT_TREE)}
+        """What the inventory sets so the container_runtime role installs the toolkit from here (and, with
+        `driver_versions`, the nvidia_driver role's package method finds NVIDIA's CUDA repositories here)."""
+        values = {"container_runtime_toolkit_repo_base_url": "%s/%s" % (self.url, TOOLKIT_TREE),
+                  "container_runtime_toolkit_repo_key_url": "%s/%s/gpgkey" % (self.url, TOOLKIT_TREE)}
+        if self.cuda:
+            values["nvidia_driver_cuda_repo_base_url"] = "%s/compute/cuda/repos" % self.url
+        return values

@@ -1,7 +1,7 @@
 """The stub driver as NVIDIA's CUDA repository for RHEL 9 / Rocky 9 (`compute/cuda/repos/rhel9/x86_64/`) publishes
-it: rpms `nvidia-driver`, `nvidia-driver-libs`, `nvidia-driver-cuda`, `nvidia-driver-cuda-libs`, `nvidia-kmod-common`
-and the DKMS kernel-module packages `kmod-nvidia-open-dkms` / `kmod-nvidia-latest-dkms` (epoch 3,
-`<version>-1.el9`), grouped by modular metadata (`modules.yaml`) into the `nvidia-driver` module's streams:
+it: rpms `nvidia-driver`, `nvidia-driver-libs`, `nvidia-driver-cuda`, `nvidia-driver-cuda-libs`, `nvidia-kmod-common`,
+`nvidia-persistenced` (no daemon in the stub) and the DKMS kernel-module packages `kmod-nvidia-open-dkms` /
+`kmod-nvidia-latest-dkms` (epoch 3, `<version>-1.el9`), grouped by modular metadata (`modules.yaml`) into the `nvidia-driver` module's streams:
 `<branch>-open` and `<branch>-dkms` per branch, so a node chooses a branch and flavour with
 `dnf module enable nvidia-driver:<stream>`. Payloads are the runfile path's stub driver (`debs` fills); the dkms
 packages' scriptlets register the module with the node's real `dkms`. Built with the real `rpmbuild`, indexed with
@@ -41,13 +41,15 @@ def package_specs(version: str) -> list:
          ["dkms", "nvidia-kmod-common %s" % exact], debs._kernel_dkms_fill(version, "open")),
         ("kmod-nvidia-latest-dkms", "NVIDIA display driver kernel module (proprietary), DKMS",
          ["dkms", "nvidia-kmod-common %s" % exact], debs._kernel_dkms_fill(version, "proprietary")),
+        ("nvidia-persistenced", "A daemon to maintain persistent software state in the NVIDIA driver", [],
+         lambda tree: None),
     ]
 
 
 def stream_packages(version: str) -> dict:
     """{stream: [package names]}: what each of the release's module streams holds."""
     common = ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-driver-cuda-libs",
-              "nvidia-kmod-common"]
+              "nvidia-kmod-common", "nvidia-persistenced"]
     branch = branch_of(version)
     return {"%s-open" % branch: common + ["kmod-nvidia-open-dkms"],
             "%s-dkms" % branch: common + ["kmod-nvidia-latest-dkms"]}
