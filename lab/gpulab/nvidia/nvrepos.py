@@ -9,6 +9,7 @@ Tree (served from `DIR/nvidia-repos` on `127.0.0.1:<ephemeral>`; unknown paths a
     libnvidia-container/stable/rpm/x86_64/              dnf repository (`baseurl=<url>/stable/rpm/$basearch`):
         *.rpm  repodata/repomd.xml(.asc)                    the same packages as signed rpms (`rpms`)
     rocky/9/BaseOS/x86_64/os/, rocky/RPM-GPG-KEY-Rocky-9    what Rocky 9 nodes' own repository must offer
+    epel/9/Everything/x86_64/, epel/RPM-GPG-KEY-EPEL-9      EPEL's dkms, only with `driver_versions`
     compute/cuda/repos/ubuntu2204/x86_64/, .../rhel9/x86_64/  NVIDIA's CUDA repositories with the stub driver's
         packages (`ubuntu_driver_debs`, `rocky_driver_rpms`), only when PackageMirror gets `driver_versions`
 
@@ -36,6 +37,8 @@ TOOLKIT_CHANNEL_DIR = "stable/deb/amd64"
 TOOLKIT_RPM_DIR = "stable/rpm/x86_64"
 ROCKY_BASEOS_DIR = "rocky/9/BaseOS/x86_64/os"
 ROCKY_KEY_PATH = "rocky/RPM-GPG-KEY-Rocky-9"
+EPEL_DIR = "epel/9/Everything/x86_64"
+EPEL_KEY_PATH = "epel/RPM-GPG-KEY-EPEL-9"
 KEY_UID = "gpulab NVIDIA repository mirror <gpulab@localhost>"
 
 
@@ -121,6 +124,18 @@ def build_rocky_baseos(mirror_dir: str, key: SigningKey) -> str | None:
     return repo_dir
 
 
+def build_epel(mirror_dir: str, key: SigningKey) -> str | None:
+    """The part of EPEL 9 that NVIDIA's rhel9 driver packages need (`dkms`, `rpms.build_dkms_rpm`), with EPEL's
+    layout (`epel/9/Everything/x86_64/`) and key file (`epel/RPM-GPG-KEY-EPEL-9`); None without the rpm tools."""
+    if not (shutil.which("rpmbuild") and shutil.which("createrepo_c")):
+        return None
+    repo_dir = os.path.join(mirror_dir, EPEL_DIR)
+    key.sign_rpms([rpms.build_dkms_rpm(repo_dir)])
+    key.sign_repomd(rpms.index_repo(repo_dir))
+    key.export(os.path.join(mirror_dir, EPEL_KEY_PATH))
+    return repo_dir
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
@@ -133,6 +148,7 @@ class PackageMirror:
                  driver_versions=()):
         key = SigningKey()
         self.cuda = {}
+        self.epel = None
         try:
             self.toolkit = build_toolkit_repos(mirror_dir, key, toolkit_versions)
             self.rocky_baseos = build_rocky_baseos(mirror_dir, key)
@@ -140,6 +156,7 @@ class PackageMirror:
                 self.cuda["ubuntu2204"] = ubuntu_driver_debs.build_cuda_repo(mirror_dir, key, list(driver_versions))
                 if shutil.which("rpmbuild") and shutil.which("createrepo_c") and shutil.which("modifyrepo_c"):
                     self.cuda["rhel9"] = rocky_driver_rpms.build_cuda_repo(mirror_dir, key, list(driver_versions))
+                    self.epel = build_epel(mirror_dir, key)
         finally:
             key.close()
         self.mirror_dir = mirror_dir
@@ -165,6 +182,12 @@ class PackageMirror:
         with open(os.path.join(self.mirror_dir, ROCKY_KEY_PATH), encoding="utf-8") as handle:
             key = handle.read()
         return {"baseurl": "%s/rocky/$releasever/BaseOS/$basearch/os/" % self.url, "key": key}
+
+    def epel_repo(self) -> dict | None:
+        """Where a Rocky 9 node's EPEL is ({"baseurl", "key_url"}; the twin's stand-in, with `driver_versions`)."""
+        if not self.epel:
+            return None
+        return {"baseurl": "%s/%s/" % (self.url, EPEL_DIR), "key_url": "%s/%s" % (self.url, EPEL_KEY_PATH)}
 
     def cuda_repos(self) -> dict:
         """{"ubuntu2204"|"rhel9": {"url", "key_url"}}: NVIDIA's CUDA repositories served here (empty without

@@ -68,6 +68,17 @@ def build_versionlock_plugin_rpm(out_dir: str) -> str:
                      [], fill, arch="noarch")
 
 
+def build_dkms_rpm(out_dir: str) -> str:
+    """EPEL 9's `dkms` (what NVIDIA's `kmod-nvidia-*-dkms` require; RHEL and Rocky take it from EPEL), as a
+    stand-in: the node's `dkms` is the host's (Debian's), so the package only has to be there to be installed."""
+    def fill(tree: str) -> None:
+        os.makedirs(os.path.join(tree, "usr/share/doc/dkms"))
+        with open(os.path.join(tree, "usr/share/doc/dkms/README.gpulab"), "w", encoding="utf-8") as handle:
+            handle.write("The dkms of this node is the host's (Debian's dkms).\n")
+    return build_rpm(out_dir, "dkms", "3.1.5", "1.el9", "Dynamic Kernel Module Support Framework", [], fill,
+                     arch="noarch")
+
+
 def index_repo(repo_dir: str) -> str:
     """`repodata/` of the rpms in `repo_dir` (createrepo_c); returns the path of `repomd.xml`."""
     subprocess.run(["createrepo_c", "--quiet", repo_dir], check=True, stdout=subprocess.DEVNULL,
