@@ -113,12 +113,13 @@ def build_toolkit_repos(mirror_dir: str, key: SigningKey, versions=TOOLKIT_VERSI
 
 
 def build_rocky_baseos(mirror_dir: str, key: SigningKey) -> str | None:
-    """The part of Rocky 9 BaseOS the roles install (`rpms.build_versionlock_plugin_rpm`), with Rocky's layout
+    """The part of Rocky 9 BaseOS the roles install (`rpms.build_versionlock_plugin_rpm`, `build_bash_rpm`), with
+    Rocky's layout
     (`rocky/9/BaseOS/x86_64/os/`) and key file (`rocky/RPM-GPG-KEY-Rocky-9`); None without the rpm tools."""
     if not (shutil.which("rpmbuild") and shutil.which("createrepo_c")):
         return None
     repo_dir = os.path.join(mirror_dir, ROCKY_BASEOS_DIR)
-    key.sign_rpms([rpms.build_versionlock_plugin_rpm(repo_dir)])
+    key.sign_rpms([rpms.build_versionlock_plugin_rpm(repo_dir), rpms.build_bash_rpm(repo_dir)])
     key.sign_repomd(rpms.index_repo(repo_dir))
     key.export(os.path.join(mirror_dir, ROCKY_KEY_PATH))
     return repo_dir

@@ -55,8 +55,22 @@ def stream_packages(version: str) -> dict:
             "%s-dkms" % branch: common + ["kmod-nvidia-latest-dkms"]}
 
 
+def dkms_scripts(version: str) -> dict:
+    """The kmod-nvidia-*-dkms scriptlets: %post registers and builds this release's module with the node's real
+    dkms (first removing another release's, since rpm runs the new package's %post before the old one's %preun on
+    an upgrade or a downgrade); %preun removes it only when the package is erased ($1 = 0)."""
+    post = ("for old in $(ls /var/lib/dkms/nvidia 2>/dev/null); do\n"
+            "    case \"$old\" in %(v)s|[!0-9]*) ;; *) dkms remove -m nvidia -v \"$old\" --all || true ;; esac\n"
+            "done\n"
+            "dkms add -m nvidia -v %(v)s || true\n"
+            "dkms install -m nvidia -v %(v)s -k \"$(uname -r)\"") % {"v": version}
+    preun = "if [ \"$1\" = 0 ]; then dkms remove -m nvidia -v %s --all || true; fi" % version
+    return {"post": post, "preun": preun}
+
+
 def build_rpms(out_dir: str, version: str) -> list:
-    return [rpms.build_rpm(out_dir, name, version, RELEASE, summary, requires, fill, epoch=EPOCH)
+    return [rpms.build_rpm(out_dir, name, version, RELEASE, summary, requires, fill, epoch=EPOCH,
+                           scripts=dkms_scripts(version) if name.endswith("-dkms") else None)
             for name, summary, requires, fill in package_specs(version)]
 
 
