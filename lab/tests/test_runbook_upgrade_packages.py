@@ -63,7 +63,7 @@ def bootstrap_by_packages(fleet, version: str) -> None:
              "nvidia_driver_cuda_repo": True, "container_runtime_toolkit_install": False}
     done = subprocess.run(["ansible-playbook", "-i", os.path.join(fleet.lab.state_dir, "inventory.yml"),
                            "gpuops.nvidia.node_bootstrap", "-e", json.dumps(extra)],
-                          capture_output=True, text=True, timeout=900, env=fleet.ansible_env())
+                          capture_output=True, text=True, timeout=1800, env=fleet.ansible_env())
     output = done.stdout + done.stderr
     assert done.returncode == 0, "\n".join(line for line in output.splitlines() if "fatal:" in line) + output[-3000:]
 
@@ -124,7 +124,7 @@ def test_a_verify_failure_rolls_both_nodes_back_to_the_old_packages(fleet):
     since = time.time()
     fixer.start()
     try:
-        rc, output = fleet.run(check=False, gpuops_driver_version=NEW, gpuops_confirm="gpulab",
+        rc, output = fleet.run(check=False, timeout=2400, gpuops_driver_version=NEW, gpuops_confirm="gpulab",
                                gpuops_run_id="pkg-rollback", gpuops_upgrade_batches=[2], gpuops_max_unavailable=2,
                                gpuops_rollback_on_failure=True, gpuops_ready_timeout=60, **PACKAGE_VARS)
     finally:
@@ -152,8 +152,8 @@ def test_a_verify_failure_rolls_both_nodes_back_to_the_old_packages(fleet):
 
 def test_the_roll_out_by_packages_brings_both_nodes_to_the_new_release_held(fleet):
     since = time.time()
-    _rc, output = fleet.run(gpuops_driver_version=NEW, gpuops_confirm="gpulab", gpuops_run_id="pkg-upgrade",
-                            gpuops_upgrade_batches=[1, 1], **PACKAGE_VARS)
+    _rc, output = fleet.run(timeout=2400, gpuops_driver_version=NEW, gpuops_confirm="gpulab",
+                            gpuops_run_id="pkg-upgrade", gpuops_upgrade_batches=[1, 1], **PACKAGE_VARS)
     nodes = fleet.nodes()
     for name in NODES:
         record = fleet.record(nodes[name])

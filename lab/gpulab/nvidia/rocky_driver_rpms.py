@@ -1,11 +1,11 @@
 """The stub driver as NVIDIA's CUDA repository for RHEL 9 / Rocky 9 (`compute/cuda/repos/rhel9/x86_64/`) publishes
 it: rpms `nvidia-driver`, `nvidia-driver-libs`, `nvidia-driver-cuda`, `nvidia-driver-cuda-libs`, `nvidia-kmod-common`,
 `nvidia-persistenced` (no daemon in the stub) and the DKMS kernel-module packages `kmod-nvidia-open-dkms` /
-`kmod-nvidia-latest-dkms` (epoch 3, `<version>-1.el9`), grouped by modular metadata (`modules.yaml`) into the `nvidia-driver` module's streams:
-`<branch>-open` and `<branch>-dkms` per branch, so a node chooses a branch and flavour with
-`dnf module enable nvidia-driver:<stream>`. Payloads are the runfile path's stub driver (`debs` fills); the dkms
-packages' scriptlets register the module with the node's real `dkms`. Built with the real `rpmbuild`, indexed with
-`createrepo_c` and `modifyrepo_c`.
+`kmod-nvidia-latest-dkms` (epoch 3, `<version>-1.el9`), grouped by modular metadata (`modules.yaml`) into the
+`nvidia-driver` module's streams: `<branch>-open` and `<branch>-dkms` per branch, so a node chooses a branch and
+flavour with `dnf module enable nvidia-driver:<stream>`. Payloads are the runfile path's stub driver (`debs` fills);
+the dkms packages' scriptlets register the module with the node's real `dkms` (`dkms_scripts`). Built with the real
+`rpmbuild`, indexed with `createrepo_c` and `modifyrepo_c`.
 """
 from __future__ import annotations
 
