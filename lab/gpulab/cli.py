@@ -93,7 +93,8 @@ def cmd_up(args) -> int:
                 "prometheus_rules": [os.path.abspath(path) for path in args.prometheus_rules or []],
                 "scrape_interval": args.scrape_interval, "gpu_operator": args.gpu_operator,
                 "operator_time_scale": args.operator_time_scale, "bastion": args.bastion,
-                "containerd": node_containerd, "rancher": node_rancher, "bmc": args.bmc, "dcgm": args.dcgm}
+                "containerd": node_containerd, "rancher": node_rancher, "bmc": args.bmc, "dcgm": args.dcgm,
+                "cuda_repo": args.cuda_repo or []}
     write_json(os.path.join(state_dir, daemon.LAB_FILE),
                {"status": "starting", "settings": settings, "created_dir": created_dir, "preexisting": preexisting,
                 "created": time.time()})
@@ -244,6 +245,9 @@ def parser() -> argparse.ArgumentParser:
                          % ", ".join(personality.OS_NAMES))
     up.add_argument("--runfile", action="append", metavar="VERSION",
                     help="also write DIR/runfiles/NVIDIA-Linux-x86_64-VERSION.run (615.71.09 always)")
+    up.add_argument("--cuda-repo", action="append", metavar="VERSION",
+                    help="the package mirror also serves NVIDIA's CUDA repositories (ubuntu2204, rhel9) with the stub "
+                         "driver's packages of VERSION (repeatable; the inventory points nvidia_driver at them)")
     up.add_argument("--api-only", type=int, default=0, metavar="N",
                     help="N more Kubernetes nodes that exist only in the API twin (no SSH)")
     up.add_argument("--dra", action="store_true",

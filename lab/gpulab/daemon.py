@@ -367,7 +367,9 @@ class Lab:
             return {}
         try:
             mirror_class = nvidia_function(self.nvidia_backend, "nvrepos.PackageMirror")
-            self.package_mirror = mirror_class(os.path.join(self.state_dir, "nvidia-repos")).start()
+            # `up --cuda-repo VERSION`: also NVIDIA's CUDA repositories with the stub driver's packages
+            cuda = {"driver_versions": tuple(self.settings["cuda_repo"])} if self.settings.get("cuda_repo") else {}
+            self.package_mirror = mirror_class(os.path.join(self.state_dir, "nvidia-repos"), **cuda).start()
         except Exception as error:
             self.log("mirror of NVIDIA's package repositories not built: %s" % error)
             return {}

@@ -9,6 +9,7 @@ Tree (served from `DIR/nvidia-repos` on `127.0.0.1:<ephemeral>`; unknown paths a
     libnvidia-container/stable/rpm/x86_64/              dnf repository (`baseurl=<url>/stable/rpm/$basearch`):
         *.rpm  repodata/repomd.xml(.asc)                    the same packages as signed rpms (`rpms`)
     rocky/9/BaseOS/x86_64/os/, rocky/RPM-GPG-KEY-Rocky-9    what Rocky 9 nodes' own repository must offer
+    epel/9/Everything/x86_64/, epel/RPM-GPG-KEY-EPEL-9      EPEL's dkms, only with `driver_versions`
     compute/cuda/repos/ubuntu2204/x86_64/, .../rhel9/x86_64/  NVIDIA's CUDA repositories with the stub driver's
         packages (`ubuntu_driver_debs`, `rocky_driver_rpms`), only when PackageMirror gets `driver_versions`
 
@@ -36,6 +37,8 @@ TOOLKIT_CHANNEL_DIR = "stable/deb/amd64"
 TOOLKIT_RPM_DIR = "stable/rpm/x86_64"
 ROCKY_BASEOS_DIR = "rocky/9/BaseOS/x86_64/os"
 ROCKY_KEY_PATH = "rocky/RPM-GPG-KEY-Rocky-9"
+EPEL_DIR = "epel/9/Everything/x86_64"
+EPEL_KEY_PATH = "epel/RPM-GPG-KEY-EPEL-9"
 KEY_UID = "gpulab NVIDIA repository mirror <gpulab@localhost>"
 
 
@@ -110,14 +113,27 @@ def build_toolkit_repos(mirror_dir: str, key: SigningKey, versions=TOOLKIT_VERSI
 
 
 def build_rocky_baseos(mirror_dir: str, key: SigningKey) -> str | None:
-    """The part of Rocky 9 BaseOS the roles install (`rpms.build_versionlock_plugin_rpm`), with Rocky's layout
+    """The part of Rocky 9 BaseOS the roles install (`rpms.build_versionlock_plugin_rpm`, `build_bash_rpm`), with
+    Rocky's layout
     (`rocky/9/BaseOS/x86_64/os/`) and key file (`rocky/RPM-GPG-KEY-Rocky-9`); None without the rpm tools."""
     if not (shutil.which("rpmbuild") and shutil.which("createrepo_c")):
         return None
     repo_dir = os.path.join(mirror_dir, ROCKY_BASEOS_DIR)
-    key.sign_rpms([rpms.build_versionlock_plugin_rpm(repo_dir)])
+    key.sign_rpms([rpms.build_versionlock_plugin_rpm(repo_dir), rpms.build_bash_rpm(repo_dir)])
     key.sign_repomd(rpms.index_repo(repo_dir))
     key.export(os.path.join(mirror_dir, ROCKY_KEY_PATH))
+    return repo_dir
+
+
+def build_epel(mirror_dir: str, key: SigningKey) -> str | None:
+    """The part of EPEL 9 that NVIDIA's rhel9 driver packages need (`dkms`, `rpms.build_dkms_rpm`), with EPEL's
+    layout (`epel/9/Everything/x86_64/`) and key file (`epel/RPM-GPG-KEY-EPEL-9`); None without the rpm tools."""
+    if not (shutil.which("rpmbuild") and shutil.which("createrepo_c")):
+        return None
+    repo_dir = os.path.join(mirror_dir, EPEL_DIR)
+    key.sign_rpms([rpms.build_dkms_rpm(repo_dir)])
+    key.sign_repomd(rpms.index_repo(repo_dir))
+    key.export(os.path.join(mirror_dir, EPEL_KEY_PATH))
     return repo_dir
 
 
@@ -133,6 +149,7 @@ class PackageMirror:
                  driver_versions=()):
         key = SigningKey()
         self.cuda = {}
+        self.epel = None
         try:
             self.toolkit = build_toolkit_repos(mirror_dir, key, toolkit_versions)
             self.rocky_baseos = build_rocky_baseos(mirror_dir, key)
@@ -140,6 +157,7 @@ class PackageMirror:
                 self.cuda["ubuntu2204"] = ubuntu_driver_debs.build_cuda_repo(mirror_dir, key, list(driver_versions))
                 if shutil.which("rpmbuild") and shutil.which("createrepo_c") and shutil.which("modifyrepo_c"):
                     self.cuda["rhel9"] = rocky_driver_rpms.build_cuda_repo(mirror_dir, key, list(driver_versions))
+                    self.epel = build_epel(mirror_dir, key)
         finally:
             key.close()
         self.mirror_dir = mirror_dir
@@ -166,6 +184,12 @@ class PackageMirror:
             key = handle.read()
         return {"baseurl": "%s/rocky/$releasever/BaseOS/$basearch/os/" % self.url, "key": key}
 
+    def epel_repo(self) -> dict | None:
+        """Where a Rocky 9 node's EPEL is ({"baseurl", "key_url"}; the twin's stand-in, with `driver_versions`)."""
+        if not self.epel:
+            return None
+        return {"baseurl": "%s/%s/" % (self.url, EPEL_DIR), "key_url": "%s/%s" % (self.url, EPEL_KEY_PATH)}
+
     def cuda_repos(self) -> dict:
         """{"ubuntu2204"|"rhel9": {"url", "key_url"}}: NVIDIA's CUDA repositories served here (empty without
         `driver_versions`)."""
@@ -177,6 +201,10 @@ class PackageMirror:
         return result
 
     def inventory_vars(self) -> dict:
-        """What the inventory sets so the container_runtime role installs the toolkit from here."""
-        return {"container_runtime_toolkit_repo_base_url": "%s/%s" % (self.url, TOOLKIT_TREE),
-                "container_runtime_toolkit_repo_key_url": "%s/%s/gpgkey" % (self.url, TOOLKIT_TREE)}
+        """What the inventory sets so the container_runtime role installs the toolkit from here (and, with
+        `driver_versions`, the nvidia_driver role's package method finds NVIDIA's CUDA repositories here)."""
+        values = {"container_runtime_toolkit_repo_base_url": "%s/%s" % (self.url, TOOLKIT_TREE),
+                  "container_runtime_toolkit_repo_key_url": "%s/%s/gpgkey" % (self.url, TOOLKIT_TREE)}
+        if self.cuda:
+            values["nvidia_driver_cuda_repo_base_url"] = "%s/compute/cuda/repos" % self.url
+        return values

@@ -1,11 +1,11 @@
 """The stub driver as NVIDIA's CUDA repository for RHEL 9 / Rocky 9 (`compute/cuda/repos/rhel9/x86_64/`) publishes
-it: rpms `nvidia-driver`, `nvidia-driver-libs`, `nvidia-driver-cuda`, `nvidia-driver-cuda-libs`, `nvidia-kmod-common`
-and the DKMS kernel-module packages `kmod-nvidia-open-dkms` / `kmod-nvidia-latest-dkms` (epoch 3,
-`<version>-1.el9`), grouped by modular metadata (`modules.yaml`) into the `nvidia-driver` module's streams:
-`<branch>-open` and `<branch>-dkms` per branch, so a node chooses a branch and flavour with
-`dnf module enable nvidia-driver:<stream>`. Payloads are the runfile path's stub driver (`debs` fills); the dkms
-packages' scriptlets register the module with the node's real `dkms`. Built with the real `rpmbuild`, indexed with
-`createrepo_c` and `modifyrepo_c`.
+it: rpms `nvidia-driver`, `nvidia-driver-libs`, `nvidia-driver-cuda`, `nvidia-driver-cuda-libs`, `nvidia-kmod-common`,
+`nvidia-persistenced` (no daemon in the stub) and the DKMS kernel-module packages `kmod-nvidia-open-dkms` /
+`kmod-nvidia-latest-dkms` (epoch 3, `<version>-1.el9`), grouped by modular metadata (`modules.yaml`) into the
+`nvidia-driver` module's streams: `<branch>-open` and `<branch>-dkms` per branch, so a node chooses a branch and
+flavour with `dnf module enable nvidia-driver:<stream>`. Payloads are the runfile path's stub driver (`debs` fills);
+the dkms packages' scriptlets register the module with the node's real `dkms` (`dkms_scripts`). Built with the real
+`rpmbuild`, indexed with `createrepo_c` and `modifyrepo_c`.
 """
 from __future__ import annotations
 
@@ -41,20 +41,36 @@ def package_specs(version: str) -> list:
          ["dkms", "nvidia-kmod-common %s" % exact], debs._kernel_dkms_fill(version, "open")),
         ("kmod-nvidia-latest-dkms", "NVIDIA display driver kernel module (proprietary), DKMS",
          ["dkms", "nvidia-kmod-common %s" % exact], debs._kernel_dkms_fill(version, "proprietary")),
+        ("nvidia-persistenced", "A daemon to maintain persistent software state in the NVIDIA driver", [],
+         lambda tree: None),
     ]
 
 
 def stream_packages(version: str) -> dict:
     """{stream: [package names]}: what each of the release's module streams holds."""
     common = ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-driver-cuda-libs",
-              "nvidia-kmod-common"]
+              "nvidia-kmod-common", "nvidia-persistenced"]
     branch = branch_of(version)
     return {"%s-open" % branch: common + ["kmod-nvidia-open-dkms"],
             "%s-dkms" % branch: common + ["kmod-nvidia-latest-dkms"]}
 
 
+def dkms_scripts(version: str) -> dict:
+    """The kmod-nvidia-*-dkms scriptlets: %post registers and builds this release's module with the node's real
+    dkms (first removing another release's, since rpm runs the new package's %post before the old one's %preun on
+    an upgrade or a downgrade); %preun removes it only when the package is erased ($1 = 0)."""
+    post = ("for old in $(ls /var/lib/dkms/nvidia 2>/dev/null); do\n"
+            "    case \"$old\" in %(v)s|[!0-9]*) ;; *) dkms remove -m nvidia -v \"$old\" --all || true ;; esac\n"
+            "done\n"
+            "dkms add -m nvidia -v %(v)s || true\n"
+            "dkms install -m nvidia -v %(v)s -k \"$(uname -r)\"") % {"v": version}
+    preun = "if [ \"$1\" = 0 ]; then dkms remove -m nvidia -v %s --all || true; fi" % version
+    return {"post": post, "preun": preun}
+
+
 def build_rpms(out_dir: str, version: str) -> list:
-    return [rpms.build_rpm(out_dir, name, version, RELEASE, summary, requires, fill, epoch=EPOCH)
+    return [rpms.build_rpm(out_dir, name, version, RELEASE, summary, requires, fill, epoch=EPOCH,
+                           scripts=dkms_scripts(version) if name.endswith("-dkms") else None)
             for name, summary, requires, fill in package_specs(version)]
 
 

@@ -14,8 +14,10 @@ from gpulab.nvidia import toolkit_debs
 
 
 def build_rpm(out_dir: str, name: str, version: str, release: str, summary: str, requires: list, fill,
-              arch: str = "x86_64", config_files: tuple = (), epoch: str = "") -> str:
-    """`out_dir/<name>-<version>-<release>.<arch>.rpm` with the files `fill(tree)` writes; returns its path."""
+              arch: str = "x86_64", config_files: tuple = (), epoch: str = "", scripts: dict | None = None,
+              provides: tuple = ()) -> str:
+    """`out_dir/<name>-<version>-<release>.<arch>.rpm` with the files `fill(tree)` writes and the scriptlets
+    `scripts` ({"post": shell, "preun": shell}); returns its path."""
     work = tempfile.mkdtemp(prefix="rpm-%s-" % name)
     try:
         tree = os.path.join(work, "tree")
@@ -32,8 +34,11 @@ def build_rpm(out_dir: str, name: str, version: str, release: str, summary: str,
             + ["Version: %s" % version, "Release: %s" % release, "Summary: %s" % summary,
              "License: Apache-2.0", "Vendor: NVIDIA CORPORATION", "BuildArch: %s" % arch, "AutoReqProv: no"]
             + ["Requires: %s" % requirement for requirement in requires]
+            + ["Provides: %s" % capability for capability in provides]
             + ["", "%description", "%s (gpulab stub)" % summary, "", "%install",
-               "cp -a %s/. %%{buildroot}/" % tree, "", "%files"] + sorted(files)) + "\n"
+               "cp -a %s/. %%{buildroot}/" % tree, ""]
+            + ["%%%s\n%s\n" % (phase, body) for phase, body in sorted((scripts or {}).items())]
+            + ["%files"] + sorted(files)) + "\n"
         spec_path = os.path.join(work, "%s.spec" % name)
         with open(spec_path, "w", encoding="utf-8") as handle:
             handle.write(spec)
@@ -66,6 +71,28 @@ def build_versionlock_plugin_rpm(out_dir: str) -> str:
             handle.write("The versionlock plugin of this node is the host's (Debian's dnf-plugins-core).\n")
     return build_rpm(out_dir, "python3-dnf-plugin-versionlock", "4.3.0", "16.el9", "Version Lock Plugin for DNF",
                      [], fill, arch="noarch")
+
+
+def build_bash_rpm(out_dir: str) -> str:
+    """Rocky 9 BaseOS's `bash` (`/bin/sh`, which every rpm with a scriptlet requires), as a stand-in: the node's
+    shell is the host's, so the package only has to be there to be installed."""
+    def fill(tree: str) -> None:
+        os.makedirs(os.path.join(tree, "usr/share/doc/bash"))
+        with open(os.path.join(tree, "usr/share/doc/bash/README.gpulab"), "w", encoding="utf-8") as handle:
+            handle.write("The shell of this node is the host's (Debian's bash).\n")
+    return build_rpm(out_dir, "bash", "5.1.8", "9.el9", "The GNU Bourne Again shell", [], fill,
+                     provides=("/bin/sh", "/bin/bash"))
+
+
+def build_dkms_rpm(out_dir: str) -> str:
+    """EPEL 9's `dkms` (what NVIDIA's `kmod-nvidia-*-dkms` require; RHEL and Rocky take it from EPEL), as a
+    stand-in: the node's `dkms` is the host's (Debian's), so the package only has to be there to be installed."""
+    def fill(tree: str) -> None:
+        os.makedirs(os.path.join(tree, "usr/share/doc/dkms"))
+        with open(os.path.join(tree, "usr/share/doc/dkms/README.gpulab"), "w", encoding="utf-8") as handle:
+            handle.write("The dkms of this node is the host's (Debian's dkms).\n")
+    return build_rpm(out_dir, "dkms", "3.1.5", "1.el9", "Dynamic Kernel Module Support Framework", [], fill,
+                     arch="noarch")
 
 
 def index_repo(repo_dir: str) -> str:

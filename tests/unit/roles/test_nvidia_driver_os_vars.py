@@ -26,20 +26,23 @@ def first_found(facts):
     raise AssertionError("no vars file for %s" % facts)
 
 
-def render(facts):
+def render(facts, **overrides):
     """Every nvidia_driver_* variable as the role sees it on a host with these facts."""
     templar = role_vars("nvidia_driver", first_found(facts), "vars/main.yml", ansible_facts=facts,
-                        nvidia_driver_version=VERSION, nvidia_driver_runfile_dir="/r")
+                        **dict({"nvidia_driver_version": VERSION, "nvidia_driver_runfile_dir": "/r"}, **overrides))
     return {name: templar.template(value) for name, value in templar.available_variables.items()
             if name.startswith("nvidia_driver_")}
 
 
-UBUNTU_2204 = {"distribution": "Ubuntu", "distribution_major_version": "22", "os_family": "Debian",
-               "kernel": "5.15.0-126-generic", "architecture": "x86_64"}
-UBUNTU_2404 = dict(UBUNTU_2204, distribution_major_version="24", kernel="6.8.0-49-generic")
-ROCKY_9 = {"distribution": "Rocky", "distribution_major_version": "9", "os_family": "RedHat",
+UBUNTU_2204 = {"distribution": "Ubuntu", "distribution_major_version": "22", "distribution_version": "22.04",
+               "os_family": "Debian", "kernel": "5.15.0-126-generic", "architecture": "x86_64"}
+UBUNTU_2404 = dict(UBUNTU_2204, distribution_major_version="24", distribution_version="24.04",
+                   kernel="6.8.0-49-generic")
+ROCKY_9 = {"distribution": "Rocky", "distribution_major_version": "9", "distribution_version": "9.5",
+           "os_family": "RedHat",
            "kernel": "5.14.0-503.14.1.el9_5.x86_64", "architecture": "x86_64"}
-DEBIAN_12 = {"distribution": "Debian", "distribution_major_version": "12", "os_family": "Debian",
+DEBIAN_12 = {"distribution": "Debian", "distribution_major_version": "12", "distribution_version": "12.8",
+             "os_family": "Debian",
              "kernel": "6.1.0-27-amd64", "architecture": "x86_64"}
 UBUNTU_ARM = dict(UBUNTU_2404, architecture="aarch64")
 
@@ -54,6 +57,28 @@ def test_ubuntu_uses_canonicals_server_packages_of_the_branch(facts):
     assert rendered["nvidia_driver_os_headers_package"] == "linux-headers-%s" % facts["kernel"]
     assert rendered["nvidia_driver_os_initramfs_command"][0] == "/usr/sbin/update-initramfs"
     assert rendered["nvidia_driver_os_package_lock"] == "dpkg"
+
+
+@pytest.mark.parametrize("facts, repo_dir", [(UBUNTU_2204, "ubuntu2204"), (UBUNTU_2404, "ubuntu2404")])
+def test_ubuntu_with_the_cuda_repository_uses_nvidias_names_of_the_branch(facts, repo_dir):
+    rendered = render(facts, nvidia_driver_cuda_repo=True)
+    assert rendered["nvidia_driver_os_packages"]["open"] == [
+        "nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-utils-580", "libnvidia-compute-580",
+        "nvidia-kernel-common-580"]
+    assert rendered["nvidia_driver_os_packages"]["proprietary"][:2] == ["nvidia-driver-580", "nvidia-dkms-580"]
+    # NVIDIA's releases there are <version>-0ubuntu1: the same pin as Canonical's
+    assert rendered["nvidia_driver_os_package_version"] == "580.95.05-0ubuntu*"
+    assert rendered["nvidia_driver_os_cuda_repo_dir"] == repo_dir
+    assert rendered["nvidia_driver_os_cuda_repo_key"] == "3bf863cc.pub"
+    assert rendered["nvidia_driver_cuda_repo_base_url"] == "https://developer.download.nvidia.com/compute/cuda/repos"
+
+
+def test_rocky_9_picks_the_module_stream_of_the_branch_and_flavour():
+    rendered = render(ROCKY_9, nvidia_driver_cuda_repo=True)
+    assert rendered["nvidia_driver_os_module_streams"] == {"open": "580-open", "proprietary": "580-dkms"}
+    assert rendered["nvidia_driver_os_cuda_repo_dir"] == "rhel9"
+    assert rendered["nvidia_driver_os_cuda_repo_key"] == "D42D0685.pub"
+    assert "nvidia-persistenced" in rendered["nvidia_driver_os_packages"]["open"]
 
 
 def test_rocky_9_uses_the_cuda_repository_dkms_packages_and_dnf_versionlock():
