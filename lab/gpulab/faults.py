@@ -183,6 +183,9 @@ NODE_FAULTS = {
     "driver-mismatch": (apply_driver_mismatch, clear_driver_mismatch),
     # GPU Operator mode: the driver container's module build fails on this node (read by nvidia/driverctr.py)
     "operator-driver-fail": (_no_details, _nothing_to_undo),
+    # `nvidia-smi mig -cgi` fails with NVML's Unknown Error (as after an upgrade whose GSP firmware times out,
+    # Xid 119), read inside the node by the twin's nvidia-smi from /run/gpulab/faults.json; survives reboots
+    "mig-create-fail": (_no_details, _nothing_to_undo),
 }
 SIMPLE_FAULTS = tuple(NODE_FAULTS)
 
