@@ -57,10 +57,10 @@ options:
     description:
       - The number of devices a node must have allocatable, by node name, for nodes that differ from O(count) (a
         batch of nodes with different GPU counts in one wait).
-      - A node may map to extended resource names and counts instead (a MIG layout, for example
-        C({nvidia.com/mig-3g.40gb: 2, nvidia.com/mig-1g.10gb: 4}) with the mixed strategy): each must be allocatable
-        at least that many times, O(resource) is not checked for that node, and the diagnosis names the resources
-        missing.
+      - A node may map to extended resource names and counts instead, a MIG layout such as two
+        C(nvidia.com/mig-3g.40gb) and four C(nvidia.com/mig-1g.10gb) with the mixed strategy. Each must be
+        allocatable at least that many times, O(resource) is not checked for that node, and the diagnosis names the
+        resources missing.
     type: dict
     default: {}
   labels:

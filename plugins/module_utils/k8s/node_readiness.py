@@ -181,14 +181,17 @@ def _device_problems(node, expectation, dra_devices, state):
 def _resources_problems(node, wanted, state):
     """Each extended resource of ``wanted`` (name -> count, a MIG layout) allocatable at least that many times;
     the capacity and allocatable of the state are the sums over them."""
-    seen = dict((name, extended_resource(node, name)) for name in sorted(wanted))
-    state['capacity'] = sum(capacity or 0 for capacity, _ in seen.values())
-    state['allocatable'] = sum(allocatable or 0 for _, allocatable in seen.values())
-    missing = ['%s %d of %d' % (name, allocatable or 0, wanted[name])
-               for name, (capacity, allocatable) in seen.items() if (allocatable or 0) < wanted[name]]
+    capacities, allocatables = {}, {}
+    for name in sorted(wanted):
+        capacity, allocatable = extended_resource(node, name)
+        capacities[name], allocatables[name] = capacity or 0, allocatable or 0
+    state['capacity'] = sum(capacities.values())
+    state['allocatable'] = sum(allocatables.values())
+    missing = ['%s %d of %d' % (name, allocatables[name], wanted[name])
+               for name in sorted(wanted) if allocatables[name] < wanted[name]]
     if not missing:
         return []
-    if not any(capacity for capacity, _ in seen.values()):
+    if not any(capacities.values()):
         return [_problem('no_gpu_capacity', 'none of the expected resources advertised (%s): the device plugin has '
                          'not registered them (MIG instances not created, or the plugin started before they were)'
                          % ', '.join(missing))]

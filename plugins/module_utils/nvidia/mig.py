@@ -53,7 +53,7 @@ def expected_resources(layout, strategy, gpu_count=None):
 
 def driver_branch(version):
     """The branch of a driver version (``570`` of ``570.86.15``); None when it is not one."""
-    head = str(version or "").split(".")[0]
+    head = str(version or "").split(".", maxsplit=1)[0]
     return int(head) if head.isdigit() else None
 
 

@@ -77,8 +77,8 @@ def mig_node(allocatable):
 def test_a_node_waited_for_by_its_mig_resources_is_back_once_each_is_allocatable():
     layout = {"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 2}
     node = mig_node({"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "2"})
-    states = GpuNodeWait(options(counts={"gpu-node-01": layout})).follow(events(("nodes", "SYNC", [node])), 1,
-                                                                        time.time() + 30)
+    wait = GpuNodeWait(options(counts={"gpu-node-01": layout}))
+    states = wait.follow(events(("nodes", "SYNC", [node])), 1, time.time() + 30)
     assert states["gpu-node-01"]["satisfied"] is True
     assert states["gpu-node-01"]["allocatable"] == 4
 
@@ -86,12 +86,12 @@ def test_a_node_waited_for_by_its_mig_resources_is_back_once_each_is_allocatable
 def test_a_mig_layout_not_advertised_fails_the_node_naming_the_missing_resources():
     layout = {"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 2}
     node = mig_node({"nvidia.com/mig-1g.10gb": "2"})
-    states = GpuNodeWait(options(counts={"gpu-node-01": layout})).follow(events(("nodes", "SYNC", [node])), 1,
-                                                                        time.time() + 0.5)
+    wait = GpuNodeWait(options(counts={"gpu-node-01": layout}))
+    states = wait.follow(events(("nodes", "SYNC", [node])), 1, time.time() + 0.5)
     problems = states["gpu-node-01"]["problems"]
     assert [problem["code"] for problem in problems] == ["fewer_devices"]
     assert "nvidia.com/mig-3g.40gb 0 of 2" in problems[0]["message"]
     rebooted_bare = mig_node({})
-    states = GpuNodeWait(options(counts={"gpu-node-01": layout})).follow(events(("nodes", "SYNC", [rebooted_bare])),
-                                                                        1, time.time() + 0.5)
+    wait = GpuNodeWait(options(counts={"gpu-node-01": layout}))
+    states = wait.follow(events(("nodes", "SYNC", [rebooted_bare])), 1, time.time() + 0.5)
     assert states["gpu-node-01"]["problems"][0]["code"] == "no_gpu_capacity"
