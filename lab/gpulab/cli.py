@@ -85,7 +85,7 @@ def cmd_up(args) -> int:
                        % (state_dir, state_dir))
     settings = {"nodes": args.nodes, "profile": args.profile, "driver": args.driver, "secure_boot": args.secure_boot,
                 "secure_boot_nodes": args.secure_boot_node or [], "os": node_os,
-                "runfiles": args.runfile or [], "api_only": args.api_only, "dra": args.dra,
+                "runfiles": args.runfile or [], "api_only": args.api_only, "dra": args.dra, "mig_strategy": args.mig_strategy,
                 "cluster_name": args.cluster_name,
                 "boot_delay_s": args.boot_delay, "install_s": args.install_seconds,
                 "mok_timeout_s": args.mok_timeout, "first_ip_host": args.first_ip,
@@ -250,6 +250,8 @@ def parser() -> argparse.ArgumentParser:
                          "driver's packages of VERSION (repeatable; the inventory points nvidia_driver at them)")
     up.add_argument("--api-only", type=int, default=0, metavar="N",
                     help="N more Kubernetes nodes that exist only in the API twin (no SSH)")
+    up.add_argument("--mig-strategy", choices=("single", "mixed"), default="single",
+                    help="the device plugin's MIG strategy (default single)")
     up.add_argument("--dra", action="store_true",
                     help="the GPU nodes publish DRA ResourceSlices (driver gpu.nvidia.com) instead of nvidia.com/gpu")
     up.add_argument("--cluster-name", default="gpulab")
@@ -295,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
 
     fault = sub.add_parser("fault", parents=[common], help="break a node: reboot-hang, slow-boot, xid:N[:GPU], "
                            "dkms-fail, disk-full, secure-boot-no-key, ssh-drop, driver-mismatch, operator-driver-fail, "
-                           "driver-skew, plugin-socket-stale, kubelet-socket-dead (case 3), "
+                           "driver-skew, plugin-socket-stale, kubelet-socket-dead (case 3), mig-create-fail, "
                            "dcgm-fail:TEST[:GPU] (up --dcgm), or a cluster fault")
     fault.add_argument("node")
     fault.add_argument("kind")

@@ -402,7 +402,8 @@ class Lab:
             extra["gpu_operator"] = module.OperatorConfig(self.settings["driver"],
                                                           float(self.settings.get("operator_time_scale") or 1.0))
         self.cluster = cluster_class(self.state_dir, views, api_only=int(self.settings.get("api_only") or 0),
-                                     dra=bool(self.settings.get("dra")), **extra)
+                                     dra=bool(self.settings.get("dra")),
+                                     mig_strategy=self.settings.get("mig_strategy") or "single", **extra)
         self.cluster.start()
         url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
         self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})

@@ -250,6 +250,9 @@ NODE_FAULTS = {
     "driver-skew": (apply_driver_mismatch, clear_driver_mismatch),
     "plugin-socket-stale": (apply_plugin_socket_stale, clear_plugin_socket_stale),
     "kubelet-socket-dead": (apply_kubelet_socket_dead, clear_kubelet_socket_dead),
+    # `nvidia-smi mig -cgi` fails with NVML's Unknown Error (as after an upgrade whose GSP firmware times out,
+    # Xid 119), read inside the node by the twin's nvidia-smi from /run/gpulab/faults.json; survives reboots
+    "mig-create-fail": (_no_details, _nothing_to_undo),
 }
 SIMPLE_FAULTS = tuple(NODE_FAULTS)
 

@@ -212,7 +212,9 @@ plan:
       sample: [{index: 1, kind: canary, nodes: [gpu-node-01]}, {index: 2, kind: batch, nodes: [gpu-node-02, gpu-node-03]}]
     nodes:
       description: Per node, C(current_version), C(action) (start, continue, reboot, verify, skip, failed) and
-        C(record) (the node's C(gpuops.nvidia/driver-upgrade) annotation, or null).
+        C(record) (the node's C(gpuops.nvidia/driver-upgrade) annotation, or null), and C(mig) (C(strategy), the
+        C(nvidia.com/mig.strategy) label, and C(config), the MIG Manager's C(nvidia.com/mig.config) label; null
+        when absent).
       type: dict
       returned: always
     skipped:

@@ -57,6 +57,10 @@ options:
     description:
       - The number of devices a node must have allocatable, by node name, for nodes that differ from O(count) (a
         batch of nodes with different GPU counts in one wait).
+      - A node may map to extended resource names and counts instead, a MIG layout such as two
+        C(nvidia.com/mig-3g.40gb) and four C(nvidia.com/mig-1g.10gb) with the mixed strategy. Each must be
+        allocatable at least that many times, O(resource) is not checked for that node, and the diagnosis names the
+        resources missing.
     type: dict
     default: {}
   labels:
@@ -275,6 +279,9 @@ def validate(module):
     if params['count'] is not None and params['count'] < 1:
         module.fail_json(msg='count must be at least 1, got %d' % params['count'])
     for name, count in params['counts'].items():
+        if isinstance(count, dict):
+            params['counts'][name] = resource_counts(module, name, count)
+            continue
         try:
             params['counts'][name] = int(count)
         except (TypeError, ValueError):
@@ -287,6 +294,22 @@ def validate(module):
         module.fail_json(msg='resource must be an extended resource name such as nvidia.com/gpu, or dra; got %s'
                          % params['resource'])
     params['labels'] = dict((key, str(value)) for key, value in params['labels'].items())
+
+
+def resource_counts(module, name, counts):
+    """A node's counts by extended resource name (each at least 1); fails the module on anything else."""
+    checked = {}
+    for resource, count in counts.items():
+        try:
+            checked[resource] = int(count)
+        except (TypeError, ValueError):
+            checked[resource] = 0
+        if isinstance(count, bool) or checked[resource] < 1 or str(resource).count('/') != 1:
+            module.fail_json(msg='counts: %s: %s must be an extended resource name mapped to a number of at least 1, '
+                                 'got %r' % (name, resource, count))
+    if not checked:
+        module.fail_json(msg='counts: %s maps to no resource' % name)
+    return checked
 
 
 def main():

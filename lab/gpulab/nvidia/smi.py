@@ -29,6 +29,9 @@ GPU_STATE_PATH = "/run/gpulab-firmware/gpu-state.json"
 PROC_VERSION_PATH = "/proc/driver/nvidia/version"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 NVML_LIBRARY_LINK = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+FAULTS_PATH = "/run/gpulab/faults.json"
+# the node twin's fault under which creating a GPU instance fails with NVML_ERROR_UNKNOWN
+MIG_CREATE_FAULT = "mig-create-fail"
 
 RC_SUCCESS = 0
 RC_INVALID_ARGUMENT = 2
@@ -38,6 +41,7 @@ RC_DRIVER_NOT_LOADED = 9
 RC_LIBRARY_NOT_FOUND = 12
 RC_GPU_IS_LOST = 15
 RC_LIBRARY_MISMATCH = 18
+RC_OTHER_ERROR = 255
 
 NO_DRIVER_TEXT = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                   "Make sure that the latest NVIDIA driver is installed and running.")
@@ -826,6 +830,10 @@ def _mig_command(gpus: list, argv: list, root: str | None) -> Result:
 
 
 def _create_mig_instances(gpus: list, requested: list, with_compute: bool, root: str | None) -> Result:
+    if MIG_CREATE_FAULT in (_read_json(_node_path(FAULTS_PATH, root), []) or []):
+        profile = requested[0] if requested else "?"
+        return Result(RC_OTHER_ERROR, "", "Unable to create a GPU instance on GPU %2d using profile %s: Unknown Error\n"
+                      "Failed to create GPU instances: Unknown Error\n" % (gpus[0]["index"], profile))
     out = []
     for gpu in gpus:
         by_id = {str(spec[0]): name for name, spec in gpu["mig_profiles"].items()}

@@ -549,7 +549,7 @@ def _node_case(code):
         return 7
     if code == "xid_79":
         return 4
-    if code == "mig_pending_reset":
+    if code in ("mig_pending_reset", "mig_create_failed"):
         return 6
     return None
 

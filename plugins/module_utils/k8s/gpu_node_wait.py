@@ -39,7 +39,9 @@ class GpuNodeWait:
         self.trackers = {}
         for name in self.names:
             count = (params.get('counts') or {}).get(name, params['count'])
-            expectation = dict(resource=params['resource'], count=count, labels=params['labels'],
+            resources = count if isinstance(count, dict) else None
+            count = None if resources else count
+            expectation = dict(resource=params['resource'], count=count, resources=resources, labels=params['labels'],
                                boot_id_before=params['boot_id_changed_from'].get(name),
                                require_ready=params['require_ready'],
                                nvml_gpu_names=(params.get('nvml_gpu_names') or {}).get(name))

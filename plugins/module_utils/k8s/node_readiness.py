@@ -149,6 +149,8 @@ def check_node(node, expectation, now, dra_devices=None, old_boot_seen_at=None):
 
 
 def _device_problems(node, expectation, dra_devices, state):
+    if expectation.get('resources'):
+        return _resources_problems(node, expectation['resources'], state)
     resource = expectation.get('resource') or 'nvidia.com/gpu'
     count = expectation.get('count')
     if resource == DRA:
@@ -174,6 +176,26 @@ def _device_problems(node, expectation, dra_devices, state):
         return [_problem('fewer_devices', '%s allocatable %d, expected %d (capacity %d): an unhealthy GPU, check '
                          'Xid (nvidia_driver_facts) on the node' % (resource, allocatable, expected, capacity))]
     return []
+
+
+def _resources_problems(node, wanted, state):
+    """Each extended resource of ``wanted`` (name -> count, a MIG layout) allocatable at least that many times;
+    the capacity and allocatable of the state are the sums over them."""
+    capacities, allocatables = {}, {}
+    for name in sorted(wanted):
+        capacity, allocatable = extended_resource(node, name)
+        capacities[name], allocatables[name] = capacity or 0, allocatable or 0
+    state['capacity'] = sum(capacities.values())
+    state['allocatable'] = sum(allocatables.values())
+    missing = ['%s %d of %d' % (name, allocatables[name], wanted[name])
+               for name in sorted(wanted) if allocatables[name] < wanted[name]]
+    if not missing:
+        return []
+    if not any(capacities.values()):
+        return [_problem('no_gpu_capacity', 'none of the expected resources advertised (%s): the device plugin has '
+                         'not registered them (MIG instances not created, or the plugin started before they were)'
+                         % ', '.join(missing))]
+    return [_problem('fewer_devices', 'expected resources missing: %s allocatable' % ', '.join(missing))]
 
 
 def _label_problems(node, wanted, state):

@@ -393,6 +393,37 @@ def check_xids(facts):
     return entries
 
 
+# Xid 119/120: the GPU's GSP firmware did not answer the driver; NVML then fails with NVML_ERROR_UNKNOWN
+GSP_XIDS = (119, 120)
+
+
+def check_mig_gsp(facts):
+    """Seed case 6 after a driver upgrade: a GPU in MIG mode without its MIG instances, and a GSP Xid on it in the
+    kernel log: re-creating the layout (``nvidia-smi mig -cgi``) answers "Unknown Error" (NVML_ERROR_UNKNOWN)
+    until the GPU is reset. An Xid without a PCI address counts for every such GPU."""
+    events = [event for event in facts.get("xid_events") or [] if event.get("code") in GSP_XIDS]
+    entries = []
+    for gpu in facts.get("gpus") or []:
+        if not gpu.get("mig_mode_current") or gpu.get("mig_devices"):
+            continue
+        address = (sysfs_pci_address(gpu.get("pci_bus_id")) or "").lower()
+        mine = [event for event in events if not event.get("pci_address")
+                or address.startswith(str(event["pci_address"]).lower())]
+        if not mine:
+            continue
+        entries.append(entry(
+            2, "mig_create_failed", "error",
+            "%s: MIG mode is on but no MIG instance exists, and Xid %s (GSP RPC timeout) is in the kernel log %d "
+            "time(s): creating its instances (nvidia-smi mig -cgi) fails with NVML_ERROR_UNKNOWN (\"Unknown Error\"), "
+            "as after a driver upgrade (seed case 6)." % (_gpu_label(gpu), mine[-1]["code"], len(mine)),
+            "Drain the node, stop the GPU's clients and reset it ('nvidia-smi -i %s -r') or reboot the node, then "
+            "re-create the layout ('nvidia-smi mig -i %s -cgi PROFILES -C', or let the MIG Manager re-apply "
+            "nvidia.com/mig.config) and restart the device plugin; check that the GSP firmware matches the new "
+            "driver (firmware-nvidia-gsp); RMA if Xid 119 repeats across drivers." % (gpu.get("index"), gpu.get("index")),
+        ))
+    return entries
+
+
 def check_unavailable(unavailable):
     return [entry(
         item["layer"], "data_source_unavailable", "info",
@@ -439,5 +470,7 @@ def diagnose(facts, gathered=None, unavailable=()):
             entries += check_gpu_count(facts)
     if "xid" in gathered:
         entries += check_xids(facts)
+        if "nvml" in gathered:
+            entries += check_mig_gsp(facts)
     entries += check_unavailable(unavailable)
     return sorted(entries, key=lambda item: (item["layer"], _severity_rank(item)))

@@ -514,6 +514,17 @@ def resume_action(record, target_version, loaded_version=None, boot_id=None, ret
 IN_FLIGHT_ACTIONS = ("continue", "reboot", "verify")
 
 
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+
+
+def mig_labels(node) -> dict:
+    """The node's MIG strategy (GPU Feature Discovery's label) and the MIG Manager's config label, None when
+    absent: the upgrade re-creates a MIG layout itself only where no MIG Manager owns it."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return {"strategy": labels.get(MIG_STRATEGY_LABEL), "config": labels.get(MIG_CONFIG_LABEL)}
+
+
 def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_unavailable=1,
                loaded_versions=None, spread_label=None, kured_daemonsets=(), operator_ours=None) -> dict:
     """The dry run's plan from the cluster's Node JSON: batches (canary first) of the nodes still to do, each
@@ -534,7 +545,7 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         current = loaded_versions.get(name) or gfd_driver_version(node)
         record = parse_record(node)
         action = resume_action(record, target_version, current, retry_failed=retry_failed)
-        per_node[name] = {"current_version": current, "action": action, "record": record}
+        per_node[name] = {"current_version": current, "action": action, "record": record, "mig": mig_labels(node)}
         if action == "skip":
             skipped.append({"node": name, "reason": "already at %s" % target_version})
         elif action == "failed":

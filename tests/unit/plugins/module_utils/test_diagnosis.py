@@ -459,3 +459,30 @@ def test_gather_subset_works_like_setup(requested, expected):
 def test_invalid_gather_subset_names_the_bad_entry():
     with pytest.raises(ValueError, match="gpu"):
         resolve_gather_subset(["all", "!gpu"])
+
+
+def gsp_timeout_events():
+    """The Xid 119 lines of a real dmesg -T (GPU at 9b:00, GSP RPC timeouts)."""
+    with open(os.path.join(FIXTURES, "gpud_dmesg-with-xid-119.log")) as log_file:
+        return [event for event in parse_kernel_log(log_file.read()) if event["code"] == 119]
+
+
+def test_mig_gpu_without_instances_after_a_gsp_timeout_is_case_6_with_the_reset_named():
+    facts = healthy_facts()
+    facts["gpus"][1].update(pci_bus_id="00000000:9B:00.0", mig_mode_current=True, mig_mode_pending=True,
+                            mig_devices=[])
+    facts["xid_events"] = gsp_timeout_events()
+    assert facts["xid_events"]
+    finding = only(diagnose(facts), "mig_create_failed")
+    assert finding["severity"] == "error" and "GPU 1" in finding["message"]
+    assert "NVML_ERROR_UNKNOWN" in finding["message"] and "Xid 119" in finding["message"]
+    assert "nvidia-smi -i 1 -r" in finding["remedy"] and "-cgi" in finding["remedy"]
+
+
+def test_a_gsp_timeout_on_another_gpu_or_a_mig_gpu_with_its_instances_is_not_case_6():
+    facts = healthy_facts()
+    facts["gpus"][0].update(mig_mode_current=True, mig_mode_pending=True, mig_devices=[])
+    facts["xid_events"] = gsp_timeout_events()
+    assert not [item for item in diagnose(facts) if item["code"] == "mig_create_failed"]
+    facts["gpus"][0].update(pci_bus_id="00000000:9B:00.0", mig_devices=[{"index": 0, "profile": "3g.40gb"}])
+    assert not [item for item in diagnose(facts) if item["code"] == "mig_create_failed"]

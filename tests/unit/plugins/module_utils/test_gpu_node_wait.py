@@ -63,3 +63,35 @@ def test_without_a_first_list_the_wait_ends_after_the_grace_with_no_state(monkey
     started = time.monotonic()
     assert GpuNodeWait(options()).follow(events(), 1, time.time()) == {}
     assert 0.1 < time.monotonic() - started < 5
+
+
+def mig_node(allocatable):
+    """The twin's node with the mixed strategy's MIG resources of a layout (all GPUs in MIG mode)."""
+    node = json.loads(json.dumps(TWIN_NODE))
+    for key in ("capacity", "allocatable"):
+        node["status"][key]["nvidia.com/gpu"] = "0"
+        node["status"][key].update(allocatable)
+    return node
+
+
+def test_a_node_waited_for_by_its_mig_resources_is_back_once_each_is_allocatable():
+    layout = {"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 2}
+    node = mig_node({"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "2"})
+    wait = GpuNodeWait(options(counts={"gpu-node-01": layout}))
+    states = wait.follow(events(("nodes", "SYNC", [node])), 1, time.time() + 30)
+    assert states["gpu-node-01"]["satisfied"] is True
+    assert states["gpu-node-01"]["allocatable"] == 4
+
+
+def test_a_mig_layout_not_advertised_fails_the_node_naming_the_missing_resources():
+    layout = {"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 2}
+    node = mig_node({"nvidia.com/mig-1g.10gb": "2"})
+    wait = GpuNodeWait(options(counts={"gpu-node-01": layout}))
+    states = wait.follow(events(("nodes", "SYNC", [node])), 1, time.time() + 0.5)
+    problems = states["gpu-node-01"]["problems"]
+    assert [problem["code"] for problem in problems] == ["fewer_devices"]
+    assert "nvidia.com/mig-3g.40gb 0 of 2" in problems[0]["message"]
+    rebooted_bare = mig_node({})
+    wait = GpuNodeWait(options(counts={"gpu-node-01": layout}))
+    states = wait.follow(events(("nodes", "SYNC", [rebooted_bare])), 1, time.time() + 0.5)
+    assert states["gpu-node-01"]["problems"][0]["code"] == "no_gpu_capacity"

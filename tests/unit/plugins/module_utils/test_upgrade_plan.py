@@ -426,3 +426,11 @@ def test_drain_preview_names_refused_pods_and_pdbs_that_would_wait():
                                      "pods": ["ml/train-0"]}]
     allowed = plan.drain_preview(["gpu-node-01"], pods, pdbs, delete_emptydir_data=True)
     assert allowed["blockers"] == []
+
+
+def test_each_node_of_the_plan_carries_its_mig_strategy_and_mig_manager_config():
+    mig = {"metadata": {"name": "gpu-node-01", "labels": {"nvidia.com/mig.strategy": "mixed",
+                                                          "nvidia.com/mig.config": "all-3g.40gb"}}}
+    plain = {"metadata": {"name": "gpu-node-02", "labels": {}}}
+    assert plan.mig_labels(mig) == {"strategy": "mixed", "config": "all-3g.40gb"}
+    assert plan.mig_labels(plain) == {"strategy": None, "config": None}

@@ -1,0 +1,105 @@
+"""Seed case 6: a MIG fleet upgraded across a major driver version keeps its MIG layouts.
+
+Four H100 nodes, the device plugin's mixed strategy, GPUs 0 and 1 of each in MIG mode with a layout made with
+nvidia-smi (GPU 0: 3g.40gb, 2g.20gb, 2 x 1g.10gb; GPU 1: 4g.40gb, 3g.40gb), the other six whole. The runbook
+upgrades 595 -> 615 (the branch changes: a major upgrade) in 2-node batches. The twin drops the MIG instances at
+each reboot and keeps MIG mode, as a GPU does; the runbook reads each layout before, re-creates it after the
+reboot and waits for the layout's `nvidia.com/mig-*` resources. gpu-node-04 has the twin's `mig-create-fail`
+(`nvidia-smi mig -cgi` answers NVML's Unknown Error): it ends cordoned, its record naming the GPU and the error.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import collections_path, start_lab, stop_lab
+from upgrade_helpers import DRIVER_LABEL, NEW, OLD, Fleet
+
+pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
+
+NODES = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
+BROKEN = "gpu-node-04"
+LAYOUT = {0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], 1: ["4g.40gb", "3g.40gb"]}
+# what the mixed strategy advertises for LAYOUT on an 8-GPU node
+RESOURCES = {"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-2g.20gb": "1", "nvidia.com/mig-1g.10gb": "2",
+             "nvidia.com/mig-4g.40gb": "1", "nvidia.com/gpu": "6"}
+
+
+def make_layout(lab, node: str) -> None:
+    """MIG mode on GPUs 0 and 1 (pending until a reset), then their instances, as an operator would."""
+    commands = []
+    for index, profiles in LAYOUT.items():
+        commands += ["nvidia-smi -i %d -mig 1" % index, "nvidia-smi -i %d -r" % index,
+                     "nvidia-smi mig -i %d -cgi %s -C" % (index, ",".join(profiles))]
+    lab.ssh(node, " && ".join(commands), timeout=60)
+
+
+def mig_resources(node: dict) -> dict:
+    allocatable = node["status"].get("allocatable") or {}
+    return {name: value for name, value in allocatable.items() if name in RESOURCES}
+
+
+def wait_for(predicate, timeout=90):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(1)
+    return False
+
+
+@pytest.fixture(scope="module")
+def fleet(needs_root, tmp_path_factory):
+    state_dir = str(tmp_path_factory.mktemp("mig-fleet") / "state")
+    lab = start_lab(state_dir, "--nodes", "4", "--driver", OLD, "--runfile", OLD, "--boot-delay", "0.5",
+                    "--mig-strategy", "mixed")
+    fleet = Fleet(lab, tmp_path_factory.mktemp("mig-runs"))
+    try:
+        for name in NODES:
+            make_layout(lab, name)
+        # the device plugin reads the MIG devices when it starts
+        fleet.module("device_plugin_restart", {"nodes": NODES})
+        assert wait_for(lambda: all(mig_resources(node) == RESOURCES for node in fleet.nodes().values())), \
+            {name: mig_resources(node) for name, node in fleet.nodes().items()}
+        lab.gpulab("fault", BROKEN, "mig-create-fail")
+        yield fleet
+    finally:
+        subprocess.run(["kubectl", "--kubeconfig", fleet.kubeconfig, "uncordon", BROKEN], capture_output=True,
+                       timeout=60)
+        stop_lab(lab)
+        shutil.rmtree(tmp_path_factory.getbasetemp() / "mig-fleet0", ignore_errors=True)
+
+
+def test_a_major_upgrade_keeps_the_mig_layouts_and_fails_the_node_whose_layout_cannot_be_recreated(fleet):
+    since = time.time()
+    rc, output = fleet.run(check=False, gpuops_confirm="gpulab", gpuops_run_id="mig-major",
+                           gpuops_upgrade_batches=[2, 2], gpuops_max_unavailable=2,
+                           gpuops_max_fail_percentage=50)
+    assert "Re-create the node's MIG layout" in output, output[-4000:]
+    assert fleet.boots(since) == {name: 1 for name in NODES}, output[-4000:]
+    nodes = fleet.nodes()
+    for name in NODES[:3]:
+        node = nodes[name]
+        assert node["metadata"]["labels"].get(DRIVER_LABEL) == NEW, name
+        assert not node["spec"].get("unschedulable"), (name, output[-4000:])
+        assert fleet.record(node)["state"] == "done", (name, fleet.record(node))
+        # the layout is back, and the cluster can schedule on every MIG device of it
+        assert mig_resources(node) == RESOURCES, (name, mig_resources(node))
+        listing = fleet.lab.ssh(name, "nvidia-smi -L").stdout
+        assert sorted(line.split()[1] for line in listing.splitlines() if line.strip().startswith("MIG")) == \
+            sorted(LAYOUT[0] + LAYOUT[1]), listing
+    broken = nodes[BROKEN]
+    assert broken["spec"].get("unschedulable"), output[-4000:]
+    record = fleet.record(broken)
+    assert record["state"] == "failed", record
+    assert "MIG layout not re-created" in record["reason"] and "Unknown Error" in record["reason"], record
+    assert "GPU 0 (3g.40gb,2g.20gb,1g.10gb,1g.10gb)" in record["reason"], record
+    # the driver itself is in: only the layout is missing, and the node stays out of the pool
+    assert broken["metadata"]["labels"].get(DRIVER_LABEL) == NEW
+    assert "nvidia.com/mig-3g.40gb" not in {k for k, v in (broken["status"].get("allocatable") or {}).items()
+                                            if v not in ("0", 0)}
+    assert rc != 0 or "failed" in output
+    fleet.lab.gpulab("clear", BROKEN, "mig-create-fail")
