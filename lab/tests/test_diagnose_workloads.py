@@ -19,6 +19,7 @@ import time
 import pytest
 
 from conftest import collections_path
+from gpulab.testkit.lab import module_command
 from prometheus_harness import PROMETHEUS, MetricsEndpoint, PrometheusServer, dcgm_labels
 
 NO_PROMETHEUS = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)")
@@ -108,13 +109,7 @@ def test_diagnose_names_a_cuda_pod_without_a_gpu_limit(tmp_path):
 
 
 def run_module(name, timeout=120, **args) -> dict:
-    path = collections_path()
-    if path is None:
-        pytest.fail("no ansible_collections/gpuops/nvidia tree: run through `make lab-test`")
-    argv = ["ansible", "localhost", "-i", "localhost,", "-c", "local", "-e",
-            "ansible_python_interpreter=%s" % sys.executable, "-m", name, "-a", json.dumps(args)]
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=path, ANSIBLE_DEPRECATION_WARNINGS="false",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    argv, env = module_command(name, args)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     assert "=> " in done.stdout, done.stdout + done.stderr
     result = json.loads(done.stdout[done.stdout.index("=> ") + 3:])

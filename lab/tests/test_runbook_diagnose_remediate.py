@@ -10,32 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 
 from conftest import REPO_DIR, collections_path, start_lab, stop_lab
-from gpulab.testkit.modules import read_node
+from gpulab.testkit.modules import gpu_allocatable, read_node, wait_allocatable
 
 ansible_runner = pytest.importorskip("ansible_runner")
 
 PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "diagnose.yml")
 SHOW_TASK = "Show the node summary, the failing layer, the cases and their fix"
 DRIVER = "550.54.15"
-
-
-def gpu_allocatable(lab, node):
-    return (read_node(lab, node)["status"].get("allocatable") or {}).get("nvidia.com/gpu")
-
-
-def wait_allocatable(lab, node, wanted, timeout_s=60):
-    deadline, seen = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        seen = gpu_allocatable(lab, node)
-        if seen == wanted:
-            break
-        time.sleep(0.3)
-    return seen
 
 
 def run_diagnose(lab, tmp_path, **extravars):

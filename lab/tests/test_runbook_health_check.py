@@ -19,6 +19,7 @@ import pytest
 
 from conftest import REPO_DIR, collections_path, start_lab, stop_lab
 from gpulab.testkit.api_records import requests
+from gpulab.testkit.modules import wait_allocatable
 
 PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "health_check.yml")
 DRIVER = "550.54.15"
@@ -35,19 +36,6 @@ def run_health_check(lab, report_dir, timeout=300, **extravars):
 def latest_report(report_dir) -> dict:
     with open(os.path.join(str(report_dir), "latest.json")) as stream:
         return json.load(stream)
-
-
-def wait_allocatable(lab, node, wanted, timeout_s=60):
-    import kubernetes
-    api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
-        config_file=lab.info["kube"]["kubeconfig"]))
-    deadline, seen = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        seen = (api.read_node(node).status.allocatable or {}).get("nvidia.com/gpu")
-        if seen == wanted:
-            return seen
-        time.sleep(0.3)
-    return seen
 
 
 def assert_constant_requests(lab, since, report):

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import REPO_DIR, collections_path, start_lab, stop_lab
-from gpulab.testkit.modules import read_node
+from gpulab.testkit.modules import gpu_allocatable, read_node, wait_allocatable
 
 ansible_runner = pytest.importorskip("ansible_runner")
 
@@ -36,20 +36,6 @@ DRIVER = "550.54.15"
 SOCKET = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
 CAUSES = {"gpu-node-01": "version_skew", "gpu-node-02": "stale_socket", "gpu-node-03": "kubelet_not_registering",
           "gpu-node-04": "mig_strategy_mismatch"}
-
-
-def gpu_allocatable(lab, node):
-    return (read_node(lab, node)["status"].get("allocatable") or {}).get("nvidia.com/gpu")
-
-
-def wait_allocatable(lab, node, wanted, timeout_s=90):
-    deadline, seen = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        seen = gpu_allocatable(lab, node)
-        if seen == wanted:
-            break
-        time.sleep(0.3)
-    return seen
 
 
 def kubectl(lab, *args):
@@ -131,7 +117,7 @@ def fleet(tmp_path_factory):
     lab = start_lab(state_dir, "--nodes", "4", "--driver", DRIVER, "--boot-delay", "0.3")
     try:
         for node in lab.node_names:
-            assert wait_allocatable(lab, node, "8") == "8"
+            assert wait_allocatable(lab, node, "8", timeout_s=90) == "8"
         yield lab
     finally:
         stop_lab(lab)
@@ -151,7 +137,7 @@ def test_each_crash_cause_is_named_then_repaired(fleet, tmp_path):
     lab.gpulab("fault", "gpu-node-04", "device-plugin-mig-mismatch")
     for node in CAUSES:
         pod = wait_crash_loop(lab, node)
-        assert wait_allocatable(lab, node, "0") == "0"
+        assert wait_allocatable(lab, node, "0", timeout_s=90) == "0"
         # kubectl logs returns the plugin's own lines
         log = kubectl(lab, "logs", "-n", "kube-system", pod["metadata"]["name"]).stdout
         assert {"gpu-node-01": "Driver/library version mismatch", "gpu-node-02": "bind: address already in use",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from gpulab.testkit.lab import collections_path
 
@@ -50,6 +51,22 @@ def read_node(lab, name: str) -> dict:
     import kubernetes
     response = kubernetes.client.CoreV1Api(kube_client(lab)).read_node(name, _preload_content=False)
     return json.loads(response.data)
+
+
+def gpu_allocatable(lab, name: str):
+    """The node's allocatable nvidia.com/gpu as the API reports it (a string), None when it has none."""
+    return (read_node(lab, name)["status"].get("allocatable") or {}).get("nvidia.com/gpu")
+
+
+def wait_allocatable(lab, name: str, wanted: str, timeout_s: float = 60):
+    """Poll the node's allocatable nvidia.com/gpu until it is `wanted` or `timeout_s` passed; the last value seen."""
+    deadline, seen = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        seen = gpu_allocatable(lab, name)
+        if seen == wanted:
+            break
+        time.sleep(0.3)
+    return seen
 
 
 def read_lease(lab, namespace: str, name: str) -> dict:
