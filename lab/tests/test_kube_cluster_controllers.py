@@ -298,6 +298,22 @@ def test_mixed_mig_strategy_advertises_one_resource_per_mig_profile(make_cluster
     assert node["metadata"]["labels"]["nvidia.com/mig-1g.10gb.count"] == "4"
 
 
+def test_a_restarted_plugin_registers_mig_devices_made_a_moment_before_without_a_node_event(make_cluster):
+    """nvidia-smi mig -cgi changes what NVML shows and no node event says so: the plugin started after it reads
+    NVML when it starts, not the kubelet's last look at the node (the runbook restarts it right after -cgi)."""
+    view = FakeNodeView("gpu-0", gpus=make_gpus(2))
+    cluster = make_cluster([view], mig_strategy="mixed")
+    store = cluster.store
+    wait_for(lambda: allocatable_gpus(store, "gpu-0") == "2", what="GPUs registered")
+    cluster.config.view_refresh_s = 3600.0
+    time.sleep(0.2)
+    view.set_gpus(make_gpus(2, mig_profiles=["3g.40gb", "1g.10gb"]), notify=False)
+    store.delete("pods", plugin_pod(store, "gpu-0")["metadata"]["name"], PLUGIN_NAMESPACE)
+    node = wait_for(lambda: store.get("nodes", "gpu-0")["status"]["allocatable"].get("nvidia.com/mig-1g.10gb") == "2"
+                    and store.get("nodes", "gpu-0"), what="MIG resources of the restarted plugin")
+    assert node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
+
+
 def test_dra_mode_publishes_a_resourceslice_instead_of_extended_resources(make_cluster):
     cluster = make_cluster(gpu_nodes(1, gpus=4), dra=True)
     store = cluster.store

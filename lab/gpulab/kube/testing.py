@@ -115,10 +115,12 @@ class FakeNodeView:
         self.power_off()
         self.power_on(driver_version)
 
-    def set_gpus(self, gpus: list) -> None:
+    def set_gpus(self, gpus: list, notify: bool = True) -> None:
+        """``notify=False``: a change no node event announces (MIG devices made with nvidia-smi)."""
         with self._lock:
             self._hardware_gpus = list(gpus)
-        self._notify("gpus")
+        if notify:
+            self._notify("gpus")
 
     def _notify(self, event_kind: str) -> None:
         for callback in list(self._callbacks):

@@ -601,7 +601,14 @@ class Kubelet:
             return "driver_not_loaded"
         return "version_mismatch"
 
+    def _read_nvml(self, now: float) -> None:
+        """A starting plugin reads NVML now, not the kubelet's last look (up to view_refresh_s old): MIG devices
+        made with nvidia-smi a moment before (no node event says so) are in what it registers."""
+        self._view_dirty = True
+        self._refresh_view(now)
+
     def _start_plugin(self, pod: dict, now: float) -> None:
+        self._read_nvml(now)
         runtime = self._start_container(pod, now)
         if self._plugin_can_start():
             runtime["state"] = "running"
@@ -642,6 +649,7 @@ class Kubelet:
     def _register(self, pod: dict, now: float) -> None:
         if self._stale_plugin_uid == meta(pod).get("uid"):
             return
+        self._read_nvml(now)
         gpus = self._snapshot.gpus if self._snapshot else []
         if self.config.dra:
             self._registered = {}
