@@ -1,5 +1,6 @@
-"""The stub driver as NVIDIA's CUDA repository for Ubuntu 22.04 lays it out: the branch in the names, the
-`-0ubuntu1` versions, exact dependencies inside a release, so apt pins a whole release by its full version."""
+"""The stub driver as NVIDIA's CUDA repository for Ubuntu 22.04 lays it out: the branch in the names and the
+`-0ubuntu1` versions up to 580, names without the branch and `-1ubuntu1` from 590, exact dependencies inside a
+release, so apt pins a whole release by its full version."""
 from __future__ import annotations
 
 import os
@@ -36,6 +37,17 @@ def test_names_and_versions_are_nvidias(tmp_path):
     assert index.count("Version: %s-0ubuntu1\n" % OLD) == 7 and index.count("Version: %s-0ubuntu1\n" % NEW) == 7
     assert os.path.basename(repo["debs"][0]).endswith("_%s-0ubuntu1_amd64.deb" % OLD)
     assert ubuntu_driver_debs.package_names(NEW)["open"][:2] == ["nvidia-driver-570-open", "nvidia-dkms-570-open"]
+
+
+def test_from_branch_590_the_names_lose_the_branch(tmp_path):
+    version = "615.71.09"
+    paths = {os.path.basename(p).split("_")[0]: p for p in ubuntu_driver_debs.build_packages(str(tmp_path), version)}
+    assert sorted(paths) == ["libnvidia-compute", "nvidia-dkms", "nvidia-dkms-open", "nvidia-driver",
+                             "nvidia-driver-open", "nvidia-kernel-common", "nvidia-utils"]
+    assert ubuntu_driver_debs.package_names(version)["open"] == [
+        "nvidia-driver-open", "nvidia-dkms-open", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common"]
+    assert dpkg_field(paths["nvidia-driver-open"], "Version") == "615.71.09-1ubuntu1"
+    assert "nvidia-dkms-open (= 615.71.09-1ubuntu1)" in dpkg_field(paths["nvidia-driver-open"], "Depends")
 
 
 def test_the_metapackage_pins_every_part_of_its_release(tmp_path):

@@ -22,6 +22,8 @@ VERSION = "615.71.09"
 TOOLKIT = "1.17.8-1"
 TOOLKIT_PACKAGES = ["libnvidia-container-tools", "libnvidia-container1", "nvidia-container-toolkit",
                     "nvidia-container-toolkit-base"]
+UBUNTU_DRIVER_PACKAGES = ["nvidia-driver-open", "nvidia-dkms-open", "nvidia-utils", "libnvidia-compute",
+                          "nvidia-kernel-common"]
 FLEET = {"gpu-node-01": "Ubuntu", "gpu-node-02": "Rocky", "gpu-node-03": "Debian"}
 SECURE_BOOT_NODE = "gpu-node-02"
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
@@ -31,7 +33,12 @@ pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collecti
 def fleet(needs_root, tmp_path_factory):
     lab = start_lab(str(tmp_path_factory.mktemp("mixed") / "state"), "--nodes", "3",
                     "--os", "ubuntu2204,rocky9,debian12", "--secure-boot-node", SECURE_BOOT_NODE,
-                    "--boot-delay", "0.5", "--mok-timeout", "60")
+                    "--boot-delay", "0.5", "--mok-timeout", "60", "--cuda-repo", VERSION)
+    # the Ubuntu node takes the driver by packages from (the mirror of) NVIDIA's CUDA repository: branch 615 is past
+    # 590, where NVIDIA's Ubuntu names lose the branch (nvidia-driver-open, ...)
+    os.makedirs(os.path.join(lab.state_dir, "host_vars"), exist_ok=True)
+    with open(os.path.join(lab.state_dir, "host_vars", "gpu-node-01.yml"), "w") as stream:
+        yaml.safe_dump({"nvidia_driver_method": "package", "nvidia_driver_cuda_repo": True}, stream)
     for name in ("gpu-node-01", "gpu-node-03"):
         # the Debian and Ubuntu nodes' only package source is the mirror, as on an air-gapped site
         lab.ssh(name, "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*")
@@ -114,6 +121,11 @@ def test_ubuntu_rocky_and_debian_nodes_become_gpu_nodes_with_the_toolkit_held_an
         assert spec["kind"] == "nvidia.com/gpu" and names[0] == "0" and names[-1] == "all" and len(names) == 17, name
         mounts = [mount["containerPath"] for mount in spec["containerEdits"]["mounts"]]
         assert "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s" % VERSION in mounts, name
+    query = fleet.ssh("gpu-node-01", "dpkg-query -W -f '${Package} ${Version}\\n' %s; dpkg --get-selections %s"
+                      % (" ".join(UBUNTU_DRIVER_PACKAGES), " ".join(UBUNTU_DRIVER_PACKAGES))).stdout.split("\n")
+    versions = dict(line.split() for line in query[:len(UBUNTU_DRIVER_PACKAGES)])
+    assert versions == {name: VERSION + "-1ubuntu1" for name in UBUNTU_DRIVER_PACKAGES}, query
+    assert all(line.split()[1] == "hold" for line in query[len(UBUNTU_DRIVER_PACKAGES):] if line.strip()), query
     signer = fleet.ssh(SECURE_BOOT_NODE, "modinfo -F signer nvidia").stdout.strip()
     assert signer == "gpuops.nvidia module signing key"
     assert [event["node"] for event in fleet.events(kind="mok-enrolled", since=since)] == [SECURE_BOOT_NODE]

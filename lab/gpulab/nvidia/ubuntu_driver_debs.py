@@ -1,16 +1,19 @@
 """The stub driver as NVIDIA's CUDA repository for Ubuntu (`compute/cuda/repos/ubuntu2204/x86_64/`) publishes it.
 
-NVIDIA's names there carry the branch (the 570-and-earlier layout; from branch 590 the names lose it, see NVIDIA's
-driver installation guide, "Ubuntu 590 package renames"), and every package of a release has the version
-`<driver version>-0ubuntu1`, so an inventory pins a release with `<name>=<version>-0ubuntu1`:
+Up to branch 580 NVIDIA's names there carry the branch; from branch 590 they lose it (NVIDIA's driver installation
+guide, "Ubuntu 590 and later packages": "renamed by removing the branch designation", e.g. `nvidia-dkms-580-open`
+-> `nvidia-dkms-open`). Every package of a release has one version, `<driver version>-<revision>`: `0ubuntu1` as
+NVIDIA published 570 (`570.124.06-0ubuntu1`), `1ubuntu1` as it publishes 590 and later (`610.43.02-1ubuntu1`,
+`615.71.09-1ubuntu1`), so an inventory pins a release with `<name>=<version>-*`:
 
     nvidia-driver-<branch>-open   metapackage, open kernel modules     nvidia-driver-<branch>   proprietary modules
     nvidia-dkms-<branch>-open     module sources, registered with dkms nvidia-dkms-<branch>     (proprietary)
     nvidia-utils-<branch>         nvidia-smi                           libnvidia-compute-<branch>  NVML, libcuda
     nvidia-kernel-common-<branch> the GSP firmware and the nouveau blacklist
+    (590 and later: the same names without `-<branch>`: nvidia-driver-open, nvidia-dkms-open, nvidia-utils, ...)
 
-Every dependency between them is exact (`(= <version>-0ubuntu1)`), so apt installs, upgrades or downgrades a whole
-release or nothing. The payloads are the runfile path's (`installer`, `kmodbuild`): the same stub driver, the
+Every dependency between them is exact (`(= <version>-<revision>)`), so apt installs, upgrades or downgrades a
+whole release or nothing. The payloads are the runfile path's (`installer`, `kmodbuild`): the same stub driver, the
 postinst of the dkms package builds the module with the node's real `dkms` (and signs it where the node's DKMS is
 set up to sign, `/var/lib/shim-signed/mok/` on Ubuntu). Built with the real `dpkg-deb`; `debs.index_flat_repo`
 indexes them; `build_cuda_repo` lays them out and signs them as NVIDIA's mirror tree does
@@ -22,7 +25,7 @@ import os
 
 from gpulab.nvidia import debs
 
-REVISION = "0ubuntu1"
+UNVERSIONED_FROM_BRANCH = 590
 CUDA_REPO_DIR = "compute/cuda/repos/ubuntu2204/x86_64"
 CUDA_KEY_NAME = "3bf863cc.pub"
 
@@ -31,16 +34,25 @@ def branch_of(version: str) -> str:
     return version.split(".")[0]
 
 
+def unversioned(version: str) -> bool:
+    return int(branch_of(version)) >= UNVERSIONED_FROM_BRANCH
+
+
 def deb_version(version: str) -> str:
-    return "%s-%s" % (version, REVISION)
+    return "%s-%s" % (version, "1ubuntu1" if unversioned(version) else "0ubuntu1")
+
+
+def _name(base: str, version: str, suffix: str = "") -> str:
+    """``nvidia-dkms`` + ``-open`` -> nvidia-dkms-570-open (branch 570) or nvidia-dkms-open (590 and later)."""
+    return base + suffix if unversioned(version) else "%s-%s%s" % (base, branch_of(version), suffix)
 
 
 def package_names(version: str) -> dict:
     """{"open": [...], "proprietary": [...]}: what the role installs per flavour (the metapackage first)."""
-    branch = branch_of(version)
-    common = ["nvidia-utils-%s" % branch, "libnvidia-compute-%s" % branch, "nvidia-kernel-common-%s" % branch]
-    return {"open": ["nvidia-driver-%s-open" % branch, "nvidia-dkms-%s-open" % branch] + common,
-            "proprietary": ["nvidia-driver-%s" % branch, "nvidia-dkms-%s" % branch] + common}
+    common = [_name("nvidia-utils", version), _name("libnvidia-compute", version),
+              _name("nvidia-kernel-common", version)]
+    return {"open": [_name("nvidia-driver", version, "-open"), _name("nvidia-dkms", version, "-open")] + common,
+            "proprietary": [_name("nvidia-driver", version), _name("nvidia-dkms", version)] + common}
 
 
 def _control(name: str, version: str, description: str, depends: str = "", extra: str = "") -> str:
@@ -66,18 +78,17 @@ def _common_fill(version: str):
 
 def build_packages(out_dir: str, version: str) -> list:
     """The .deb files of one driver release; returns their paths."""
-    branch = branch_of(version)
     exact = "(= %s)" % deb_version(version)
     dkms_extra = "Provides: nvidia-dkms-kernel\nConflicts: nvidia-dkms-kernel"
-    utils, compute, common = ("nvidia-utils-%s" % branch, "libnvidia-compute-%s" % branch,
-                              "nvidia-kernel-common-%s" % branch)
+    utils, compute, common = (_name("nvidia-utils", version), _name("libnvidia-compute", version),
+                              _name("nvidia-kernel-common", version))
     specs = []
     for flavor, suffix in (("open", "-open"), ("proprietary", "")):
-        dkms = "nvidia-dkms-%s%s" % (branch, suffix)
+        dkms = _name("nvidia-dkms", version, suffix)
         specs.append((dkms, _control(dkms, version, "NVIDIA kernel module sources (%s), dkms" % flavor,
                                      "dkms, %s %s" % (common, exact), dkms_extra),
                       debs._kernel_dkms_fill(version, flavor), True))
-        meta = "nvidia-driver-%s%s" % (branch, suffix)
+        meta = _name("nvidia-driver", version, suffix)
         specs.append((meta, _control(meta, version, "NVIDIA driver metapackage (%s kernel modules)" % flavor,
                                      ", ".join("%s %s" % (name, exact) for name in (dkms, utils, compute, common))),
                       lambda tree: None, False))

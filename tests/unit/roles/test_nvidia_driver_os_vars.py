@@ -53,7 +53,8 @@ def test_ubuntu_uses_canonicals_server_packages_of_the_branch(facts):
     assert rendered["nvidia_driver_os_packages"]["open"] == [
         "nvidia-headless-580-server-open", "nvidia-utils-580-server", "libnvidia-compute-580-server"]
     assert rendered["nvidia_driver_os_packages"]["proprietary"][0] == "nvidia-headless-580-server"
-    assert rendered["nvidia_driver_os_package_version"] == "580.95.05-0ubuntu*"
+    # Canonical's revision is 0ubuntu0.<release>.N
+    assert rendered["nvidia_driver_os_package_version"] == "580.95.05-*"
     assert rendered["nvidia_driver_os_headers_package"] == "linux-headers-%s" % facts["kernel"]
     assert rendered["nvidia_driver_os_initramfs_command"][0] == "/usr/sbin/update-initramfs"
     assert rendered["nvidia_driver_os_package_lock"] == "dpkg"
@@ -66,11 +67,22 @@ def test_ubuntu_with_the_cuda_repository_uses_nvidias_names_of_the_branch(facts,
         "nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-utils-580", "libnvidia-compute-580",
         "nvidia-kernel-common-580"]
     assert rendered["nvidia_driver_os_packages"]["proprietary"][:2] == ["nvidia-driver-580", "nvidia-dkms-580"]
-    # NVIDIA's releases there are <version>-0ubuntu1: the same pin as Canonical's
-    assert rendered["nvidia_driver_os_package_version"] == "580.95.05-0ubuntu*"
+    # NVIDIA's releases there are <version>-0ubuntu1 (570) or -1ubuntu1 (580.159.04, 615.71.09): any revision
+    assert rendered["nvidia_driver_os_package_version"] == "580.95.05-*"
     assert rendered["nvidia_driver_os_cuda_repo_dir"] == repo_dir
     assert rendered["nvidia_driver_os_cuda_repo_key"] == "3bf863cc.pub"
     assert rendered["nvidia_driver_cuda_repo_base_url"] == "https://developer.download.nvidia.com/compute/cuda/repos"
+
+
+@pytest.mark.parametrize("facts", [UBUNTU_2204, UBUNTU_2404])
+def test_ubuntu_with_the_cuda_repository_from_branch_590_uses_the_names_without_the_branch(facts):
+    rendered = render(facts, nvidia_driver_cuda_repo=True, nvidia_driver_version="615.71.09")
+    assert rendered["nvidia_driver_os_packages"]["open"] == [
+        "nvidia-driver-open", "nvidia-dkms-open", "nvidia-utils", "libnvidia-compute", "nvidia-kernel-common"]
+    assert rendered["nvidia_driver_os_packages"]["proprietary"][:2] == ["nvidia-driver", "nvidia-dkms"]
+    assert rendered["nvidia_driver_os_package_version"] == "615.71.09-*"
+    assert render(facts, nvidia_driver_cuda_repo=True, nvidia_driver_version="590.44.01")[
+        "nvidia_driver_os_packages"]["open"][0] == "nvidia-driver-open"
 
 
 def test_rocky_9_picks_the_module_stream_of_the_branch_and_flavour():
