@@ -20,11 +20,12 @@ import threading
 import time
 import traceback
 
-from gpulab import bastion as fleet_bastion, inventory, netns, noderuntime, personality, rancherlayout, sshkeys
+from gpulab import bastion as fleet_bastion, inventory, kubeadm, netns, noderuntime, personality, rancherlayout, sshkeys
 from gpulab.bridge import TcpBridge, connect_tcp, listening
 from gpulab.events import EventLog
 from gpulab.faults import CLUSTER_FAULTS, FaultError, parse_fault
 from gpulab.bmc import BmcFleet
+from gpulab.kube.api import tls as kube_tls
 from gpulab.labmetrics import LabMetrics
 from gpulab.layer import nvidia_function
 from gpulab.node import Node, NodeView
@@ -407,7 +408,26 @@ class Lab:
         self.cluster.start()
         url = getattr(self.cluster, "url", None) or getattr(self.cluster, "api_url", None)
         self.save_info(kube={"api_url": url, "kubeconfig": os.path.join(self.state_dir, "kubeconfig")})
+        self.install_kubelet_credentials(url)
         self.events.emit("lab", "kube-up", api_url=url)
+
+    def install_kubelet_credentials(self, url) -> None:
+        """Each running node gets what ``kubeadm join`` leaves: ``/etc/kubernetes/kubelet.conf`` pointing at the API
+        twin (``url``: the node reaches it at that address, through the reverse bridge with ``--bastion``), the CA,
+        and a client certificate ``CN=system:node:NAME, O=system:nodes`` that the twin authorizes on its own Node
+        object only (``kube/api/nodeauth.py``)."""
+        server = getattr(self.cluster, "server", None)
+        if not url or server is None:
+            return
+        stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime())
+        for node in self.nodes:
+            if not node.is_running():
+                continue
+            cert, key = kube_tls.issue_client_certificate(server.ca_dir, "kubelet-" + node.name,
+                                                          "system:node:" + node.name, ["system:nodes"])
+            client_pem = kube_tls.read_pem(cert) + kube_tls.read_pem(key)
+            kubeadm.install_kubelet_credentials(node.root_path("/"), node.name, self.settings["cluster_name"], url,
+                                                server.ca_pem, client_pem, stamp)
 
     # ---- supervision ----------------------------------------------------------------------------------------
     def supervise(self) -> None:

@@ -21,6 +21,10 @@ KUBELET_UNIT = "kubelet.service"
 UNIT_PATH = "/lib/systemd/system/" + KUBELET_UNIT
 WANTS_LINK = "/etc/systemd/system/multi-user.target.wants/" + KUBELET_UNIT
 KUBELET_BINARY = "/usr/bin/kubelet"
+KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
+CA_CERT = "/etc/kubernetes/pki/ca.crt"
+KUBELET_PKI_DIR = KUBELET_ROOT_DIR + "/pki"
+KUBELET_CLIENT_CURRENT = KUBELET_PKI_DIR + "/kubelet-client-current.pem"
 
 UNIT = """[Unit]
 Description=kubelet: The Kubernetes Node Agent
@@ -87,8 +91,8 @@ preferences: {}
 users:
 - name: system:node:%(node)s
   user:
-    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem
-    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
+    client-certificate: %(client)s
+    client-key: %(client)s
 """
 
 # The kubelet stand-in the unit runs: binds the device-plugin registration socket as the kubelet does at start (a
@@ -120,15 +124,15 @@ def install_kubelet_files(merged: str, node_name: str, cluster_name: str = "kube
         "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf": KUBEADM_DROPIN,
         KUBELET_ROOT_DIR + "/kubeadm-flags.env": KUBEADM_FLAGS,
         KUBELET_ROOT_DIR + "/config.yaml": KUBELET_CONFIG,
-        "/etc/kubernetes/kubelet.conf": KUBECONFIG % {"server": api_server, "cluster": cluster_name,
-                                                      "node": node_name},
+        KUBELET_CONF: KUBECONFIG % {"server": api_server, "cluster": cluster_name, "node": node_name,
+                                    "client": KUBELET_CLIENT_CURRENT},
     }
     first_time = not os.path.exists(in_root(merged, UNIT_PATH))
     for path, text in once.items():
         if not os.path.exists(in_root(merged, path)):
             write_file(in_root(merged, path), text, 0o600 if path.endswith(".conf") and "kubernetes" in path
                        else 0o644)
-    for directory in (DEVICE_PLUGIN_DIR, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", KUBELET_ROOT_DIR + "/pki"):
+    for directory in (DEVICE_PLUGIN_DIR, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", KUBELET_PKI_DIR):
         os.makedirs(in_root(merged, directory), exist_ok=True)
     if first_time:  # kubeadm's packages enable the unit
         link = in_root(merged, WANTS_LINK)
@@ -136,6 +140,23 @@ def install_kubelet_files(merged: str, node_name: str, cluster_name: str = "kube
         if not os.path.lexists(link):
             os.symlink(UNIT_PATH, link)
     write_file(in_root(merged, KUBELET_BINARY), STANDIN, 0o755)
+
+
+def install_kubelet_credentials(root: str, node_name: str, cluster_name: str, api_server: str, ca_pem: str,
+                                client_pem: str, stamp: str) -> None:
+    """What ``kubeadm join`` leaves a node to reach the API server as itself, on a running node's root (the daemon
+    calls it once the Kubernetes twin serves, through ``/proc/PID/root``): the cluster CA, the kubelet's client
+    certificate and key in one file (``kubelet-client-<stamp>.pem``, linked from ``kubelet-client-current.pem`` as
+    the kubelet's certificate rotation leaves it) and ``kubelet.conf`` pointing at ``api_server``."""
+    write_file(in_root(root, CA_CERT), ca_pem, 0o644)
+    issued = "%s/kubelet-client-%s.pem" % (KUBELET_PKI_DIR, stamp)
+    write_file(in_root(root, issued), client_pem, 0o600)
+    current = in_root(root, KUBELET_CLIENT_CURRENT)
+    if os.path.lexists(current):
+        os.unlink(current)
+    os.symlink(issued, current)
+    write_file(in_root(root, KUBELET_CONF), KUBECONFIG % {"server": api_server, "cluster": cluster_name,
+                                                          "node": node_name, "client": KUBELET_CLIENT_CURRENT}, 0o600)
 
 
 def start_kubelet_at_boot(log) -> None:

@@ -7,7 +7,9 @@ release removed, as after a kernel update whose postinst hook did not run) -> ``
 GPUs come back; the module built but not loaded (``blacklist nvidia``: udev does not load it) -> ``modprobe
 nvidia``; Secure Boot on with the DKMS key not enrolled (fault ``secure-boot-no-key``) -> the verdict says enroll,
 nothing is tried; a MIG layout made before the reboot and lost by it -> the verdict names it. The verdict is read
-from the state file of that boot.
+from the state file of that boot, and from the node's ``gpuops.nvidia/selfcheck`` annotation in the API twin (read
+with the lab's kubeconfig), which the self-check PATCHes with the kubelet's credentials (kubelet.conf and the
+``system:node:NAME`` client certificate the lab lays down at ``up``); that identity may not modify another node.
 """
 from __future__ import annotations
 
@@ -19,12 +21,29 @@ import time
 import pytest
 
 from conftest import start_lab, stop_lab
+from gpulab.testkit.modules import read_node
 from roles_on_twin import recap, run_role
 
 NODE = "gpu-node-01"
 DRIVER = "615.71.09"
 RUNFILE = "/root/NVIDIA-Linux-x86_64-%s.run" % DRIVER
 STATE_FILE = "/var/lib/gpuops/selfcheck.json"
+ANNOTATION = "gpuops.nvidia/selfcheck"
+OTHER_NODE = "gpu-node-77"   # a Node object the lab's admin creates for the node identity to try
+BOOTS = ("healthy", "new_kernel", "not_loaded", "not_enrolled", "sb_cleared", "mig_lost")
+
+
+def patch_as_kubelet(lab, node_name: str) -> subprocess.CompletedProcess:
+    """From inside the node, PATCH Node ``node_name``'s annotation as the node's kubelet (kubelet.conf's server, the
+    cluster CA and the kubelet's client certificate): the HTTP status on the first line, then the body."""
+    body = json.dumps({"metadata": {"annotations": {ANNOTATION: "ok"}}})
+    return lab.ssh(NODE, "server=$(sed -n 's/^ *server: //p' /etc/kubernetes/kubelet.conf); "
+                         "curl -sS -o /tmp/gpulab-test-patch.json -w '%%{http_code}' --max-time 10 "
+                         "--cacert /etc/kubernetes/pki/ca.crt --cert /var/lib/kubelet/pki/kubelet-client-current.pem "
+                         "-X PATCH -H 'Content-Type: application/merge-patch+json' -d '%s' \"$server/api/v1/nodes/%s\"; "
+                         "echo; cat /tmp/gpulab-test-patch.json; rm -f /tmp/gpulab-test-patch.json"
+                   % (body, node_name), check=False)
+
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/usr/src") or not any(
     name.startswith("linux-headers-") for name in os.listdir("/usr/src")), reason="needs linux-headers-amd64")
@@ -48,7 +67,9 @@ def verdict_of_this_boot(lab, timeout_s=240) -> dict:
 
 
 def observe(lab) -> dict:
-    return {"verdict": verdict_of_this_boot(lab),
+    verdict = verdict_of_this_boot(lab)   # written after the annotation's PATCH returned
+    return {"verdict": verdict,
+            "annotations": read_node(lab, NODE)["metadata"].get("annotations") or {},
             "smi_list": lab.ssh(NODE, "nvidia-smi -L", check=False).stdout,
             "kubelet": lab.ssh(NODE, "systemctl is-active kubelet", check=False).stdout.strip(),
             "status": lab.node_status(NODE)}
@@ -118,6 +139,16 @@ def flow(tmp_path_factory):
         lab.reboot_from_inside(NODE)
         steps["mig_lost"] = observe(lab)
         steps["events"] = lab.events(node=NODE, kind="modprobe")
+
+        # the node identity on another node, and on its own
+        kubectl = ["kubectl", "--kubeconfig", os.path.join(state_dir, "kubeconfig")]
+        subprocess.run(kubectl + ["create", "-f", "-"], input=json.dumps(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": OTHER_NODE}}), text=True, check=True,
+            capture_output=True, timeout=60)
+        steps["patch_other"] = patch_as_kubelet(lab, OTHER_NODE)
+        steps["other_after"] = read_node(lab, OTHER_NODE)
+        steps["patch_own"] = patch_as_kubelet(lab, NODE)
+        subprocess.run(kubectl + ["delete", "node", OTHER_NODE], check=True, capture_output=True, timeout=60)
         yield steps
     finally:
         stop_lab(lab)
@@ -141,7 +172,7 @@ def test_a_healthy_node_boots_with_verdict_ok_and_kubelet_started_after_it(flow)
     seen = flow["healthy"]
     assert (seen["verdict"]["status"], seen["verdict"]["code"], seen["verdict"]["attempt"]) == ("ok", None, None)
     assert seen["kubelet"] == "active"
-    assert seen["verdict"]["annotation"]["written"] is False  # the twin's kubelet.conf has no client certificate
+    assert seen["verdict"]["annotation"]["written"] is True, seen["verdict"]["annotation"]
 
 
 def test_a_kernel_without_the_dkms_build_is_rebuilt_at_boot_and_the_gpus_come_back(flow):
@@ -187,3 +218,27 @@ def test_a_mig_layout_lost_in_the_reboot_is_named(flow):
     verdict = flow["mig_lost"]["verdict"]
     assert (verdict["status"], verdict["code"], verdict["attempt"]) == ("needs_operator", "mig_layout_lost", None)
     assert "GPU 0 has none" in verdict["advice"]
+
+
+@pytest.mark.parametrize("boot", BOOTS)
+def test_the_node_annotation_carries_the_verdict_of_each_boot(flow, boot):
+    seen = flow[boot]
+    verdict = seen["verdict"]
+    assert verdict["annotation"]["written"] is True, verdict["annotation"]
+    assert (verdict["annotation"]["node"], verdict["annotation"]["http_status"]) == (NODE, 200)
+    assert verdict["annotation"]["kubeconfig"] == "/etc/kubernetes/kubelet.conf"
+    # what the API twin holds (read with the lab's admin kubeconfig) is this boot's verdict
+    expected = verdict["status"] if not verdict["code"] else "%s: %s" % (verdict["status"], verdict["code"])
+    assert seen["annotations"][ANNOTATION].split(" (")[0] == expected, (seen["annotations"], verdict)
+    assert seen["annotations"][ANNOTATION + "-at"] == verdict["checked_at"]
+    if verdict["attempt"]:
+        assert verdict["attempt"]["action"] in seen["annotations"][ANNOTATION]
+
+
+def test_the_node_identity_may_not_patch_another_node(flow):
+    status, _, body = flow["patch_other"].stdout.partition("\n")
+    assert status == "403", flow["patch_other"]
+    assert json.loads(body)["message"] == 'nodes "%s" is forbidden: node "%s" is not allowed to modify node "%s"' % (
+        OTHER_NODE, NODE, OTHER_NODE)
+    assert ANNOTATION not in (flow["other_after"]["metadata"].get("annotations") or {})
+    assert flow["patch_own"].stdout.partition("\n")[0] == "200", flow["patch_own"]

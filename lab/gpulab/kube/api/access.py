@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional
 
 from .authn import Authenticator, User
+from .nodeauth import authorize_node, certificate_user
 from .rbac import SELF_SUBJECT_ACCESS_REVIEW_PATH, Authorizer, request_attributes
 from .routes import parse_resource_path
 
@@ -15,8 +16,9 @@ class Access:
         self.authenticator = Authenticator(store, admin_token, key_dir)
         self.authorizer = Authorizer(store)
 
-    def authenticate(self, authorization_header: str) -> Optional[User]:
-        return self.authenticator.authenticate(authorization_header)
+    def authenticate(self, authorization_header: str, peer_certificate: Optional[dict] = None) -> Optional[User]:
+        """The bearer token's user, else the client certificate's (``nodeauth.py``: kubelets)."""
+        return self.authenticator.authenticate(authorization_header) or certificate_user(peer_certificate)
 
     def check(self, method: str, path: str, query: Dict[str, List[str]], user: User,
               read_body: Callable[[], dict]) -> Optional[dict]:
@@ -27,7 +29,9 @@ class Access:
         route = parse_resource_path(path)
         if route is None:
             return None
-        self.authorizer.authorize(user, request_attributes(method, route, query))
+        attributes = request_attributes(method, route, query)
+        if not authorize_node(user, attributes):   # a kubelet on its own Node object; else RBAC
+            self.authorizer.authorize(user, attributes)
         if route.resource == "serviceaccounts" and route.subresource == "token" and method == "POST":
             return self.authenticator.token_request(route.namespace, route.name, read_body())
         return None

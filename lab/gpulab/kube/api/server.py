@@ -87,6 +87,13 @@ class _Handler(BaseHTTPRequestHandler):
             body += self.rfile.read(size)
             self.rfile.readline()
 
+    def _peer_certificate(self) -> Optional[dict]:
+        """The client's verified certificate (a kubelet's), None when it sent none."""
+        try:
+            return self.connection.getpeercert() or None
+        except (AttributeError, ValueError):
+            return None
+
     def _content_type(self, default: str = "") -> str:
         """The request's media type, without parameters (``; charset=utf-8``)."""
         return (self.headers.get("Content-Type") or default).split(";")[0].strip()
@@ -126,7 +133,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
+            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "",
+                                                      self._peer_certificate())
             if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._injected_fault(split.path, split.query)
@@ -627,6 +635,7 @@ class ApiServer:
                                                            dns_names=tuple(dict.fromkeys(names)))
         self.ca_pem = tls.read_pem(tls.ensure_ca(self.ca_dir)[0])
         self._context = tls.server_ssl_context(cert_path, key_path)
+        tls.accept_client_certificates(self._context, tls.ensure_ca(self.ca_dir)[0])   # kubelets: nodeauth.py
         self._listen()
         return self
 

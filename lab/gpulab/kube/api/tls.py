@@ -58,6 +58,38 @@ def issue_server_certificate(ca_dir: str, ip_addresses=("127.0.0.1",), dns_names
     return cert_path, key_path
 
 
+def issue_client_certificate(ca_dir: str, stem: str, common_name: str, organizations=()) -> Tuple[str, str]:
+    """Issue ``clients/<stem>.crt``/``.key`` in ``ca_dir``, a client certificate signed by the twin CA whose
+    subject is what the API server's x509 authentication reads (CN = user, O = groups), as kubeadm's kubelet
+    client certificate (``CN=system:node:NAME, O=system:nodes``); reissued each call; returns their paths."""
+    ca_cert, ca_key = ensure_ca(ca_dir)
+    directory = os.path.join(ca_dir, "clients")
+    os.makedirs(directory, exist_ok=True)
+    cert_path, key_path = os.path.join(directory, stem + ".crt"), os.path.join(directory, stem + ".key")
+    csr_path, ext_path = os.path.join(directory, stem + ".csr"), os.path.join(directory, stem + ".ext")
+    with open(ext_path, "w", encoding="utf-8") as handle:
+        handle.write("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=CA:FALSE\n")
+    subject = "".join("/O=%s" % organization for organization in organizations) + "/CN=%s" % common_name
+    try:
+        _openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                  "-keyout", key_path, "-out", csr_path, "-subj", subject])
+        _openssl(["x509", "-req", "-in", csr_path, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial",
+                  "-out", cert_path, "-days", _VALID_DAYS, "-extfile", ext_path])
+        os.chmod(key_path, 0o600)
+    finally:
+        for leftover in (csr_path, ext_path):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+    return cert_path, key_path
+
+
+def accept_client_certificates(context: ssl.SSLContext, ca_path: str) -> None:
+    """Ask clients for a certificate signed by the twin CA (optional: token clients send none, as with
+    kube-apiserver's ``--client-ca-file``)."""
+    context.load_verify_locations(cafile=ca_path)
+    context.verify_mode = ssl.CERT_OPTIONAL
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 

@@ -1,0 +1,53 @@
+"""Kubelets as the API server sees them: x509 client-certificate authentication (a certificate signed by the twin
+CA: user = its CN, groups = its O values, as kube-apiserver's ``--client-ca-file`` authenticator reads them) and the
+node identity's rights on Node objects, as the Node authorizer and the NodeRestriction admission plugin give them.
+
+A node identity (user ``system:node:NAME`` in group ``system:nodes``) may get, patch and update its own Node object
+(and its ``status``); modifying another node is refused with NodeRestriction's 403. Every other request of a node
+identity goes to RBAC, where nothing is bound to it: 403. Kept apart from ``authn.py`` (bearer tokens).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .authn import AUTHENTICATED_GROUP, User
+from .errors import ApiError
+
+NODES_GROUP = "system:nodes"
+NODE_USER_PREFIX = "system:node:"
+_OWN_NODE_VERBS = ("get", "patch", "update")
+_MODIFY_VERBS = ("patch", "update", "delete")
+
+
+def certificate_user(peer_certificate: Optional[dict]) -> Optional[User]:
+    """The user of a verified client certificate (``ssl.SSLSocket.getpeercert()``); None without one."""
+    if not peer_certificate:
+        return None
+    attributes = [pair for rdn in peer_certificate.get("subject") or () for pair in rdn]
+    names = [value for key, value in attributes if key == "commonName"]
+    if not names or not names[0]:
+        return None
+    groups = [value for key, value in attributes if key == "organizationName"]
+    return User(names[0], groups + [AUTHENTICATED_GROUP])
+
+
+def node_name(user: User) -> Optional[str]:
+    """NAME of a node identity ``system:node:NAME`` in ``system:nodes``; None for any other user."""
+    if NODES_GROUP in user.groups and user.name.startswith(NODE_USER_PREFIX) and len(user.name) > len(NODE_USER_PREFIX):
+        return user.name[len(NODE_USER_PREFIX):]
+    return None
+
+
+def authorize_node(user: User, attributes) -> bool:
+    """True when a node identity's request on Node objects is allowed here (its own node); raises NodeRestriction's
+    403 when it would modify another node; False when this rule has no opinion (RBAC decides)."""
+    node = node_name(user)
+    if node is None or attributes.group != "" or attributes.resource != "nodes" \
+            or attributes.subresource not in ("", "status"):
+        return False
+    if attributes.name == node and attributes.verb in _OWN_NODE_VERBS:
+        return True
+    if attributes.name and attributes.name != node and attributes.verb in _MODIFY_VERBS:
+        raise ApiError(403, "Forbidden", 'nodes "%s" is forbidden: node "%s" is not allowed to modify node "%s"'
+                       % (attributes.name, node, attributes.name), {"name": attributes.name, "kind": "nodes"})
+    return False
