@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import html
 
-from gpuops_runner import timeline
+from gpuops_runner import repairs, timeline
 
 
 def parse_ts(text):
@@ -81,6 +81,9 @@ def summary_text(records, run_dir, audit_log, head):
     if gates:
         passed = sum(1 for gate in gates if gate.get("passed"))
         lines.append("  gates: %d passed, %d failed" % (passed, len(gates) - passed))
+    if end.get("repairs") is not None:
+        lines.append("")
+        lines += repairs.summary_lines(end["repairs"], end.get("mode"))
     lines.append("")
     if end:
         lines.append("  exit %s (%s)  ansible-runner status %s"
