@@ -78,13 +78,17 @@ def test_the_summary_says_would_in_a_dry_run_and_names_nodes_without_a_repair():
     assert "no safe repair" in "\n".join(repairs.summary_lines(no_safe, "apply"))
 
 
-def test_the_run_summary_shows_the_repairs_of_runner_end_only_for_a_repair_run(tmp_path):
+def test_the_run_summary_and_report_show_the_repairs_of_runner_end_only_for_a_repair_run(tmp_path):
     end = {"event": "runner_end", "run_id": "r1", "ts": "2026-12-04T22:00:00.000Z", "runbook": "repair",
            "mode": "check", "exit_code": 0, "outcome": "done", "repairs": repairs.collect(DRY_RUN)}
     text = report.summary_text([end], str(tmp_path), "audit.jsonl", "0" * 64)
     assert "repairs would run" in text and CASE_1[:60] in text
+    page = report.html_page([end], "0" * 64)
+    assert "<h2>Repairs (dry run: would change)</h2>" in page and "<td>gpu-node-01</td><td>L5</td><td>1</td>" in page
+    assert "<td>gpu-node-02</td><td></td><td></td><td></td><td>no repair</td>" in page
     del end["repairs"]
     assert "repairs" not in report.summary_text([end], str(tmp_path), "audit.jsonl", "0" * 64)
+    assert "Repairs" not in report.html_page([end], "0" * 64)
 
 
 def args_for(tmp_path, collections_path, *more):
