@@ -3,7 +3,7 @@ runbook with its remediation over SSH on two node twins and the Kubernetes API t
 
 gpu-node-01 gets the stale ledger (`gpulab fault NODE stale-device-plugin`: capacity 8, allocatable 0, NVML 8;
 case 1). A repair without --limit is refused; the dry run names the node, its case and the step that would run and
-changes nothing; --apply (ticket and typed cluster name) restarts the plugin on that node and allocatable is 8
+changes nothing (the healthy gpu-node-02 beside it: no repair); --apply (ticket and typed cluster name) restarts the plugin on that node and allocatable is 8
 again; the trail verifies and its runner_end line names the repair.
 """
 from __future__ import annotations
@@ -76,9 +76,10 @@ def test_the_dry_run_names_the_repair_then_apply_repairs_and_the_trail_names_it(
     pods_before = plugin_pods(fleet, STALE)
     assert pods_before
 
-    done = repair(fleet, data_dir, "--limit", STALE)
+    done = repair(fleet, data_dir, "--limit", "%s,%s" % (STALE, HEALTHY))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "repairs would run (dry run, nothing changed):" in done.stdout
+    assert "%-22s layer -   case(s) none: no repair" % HEALTHY in done.stdout
     assert CASE_1_TASK in done.stdout and "(would change)" in done.stdout
     assert gpu_allocatable(fleet, STALE) == "0" and plugin_pods(fleet, STALE) == pods_before
     end = runner_end(audit_log)
@@ -86,7 +87,8 @@ def test_the_dry_run_names_the_repair_then_apply_repairs_and_the_trail_names_it(
     assert not [record for record in records(audit_log)
                 if record["run_id"] == end["run_id"] and record.get("gate") == "remediation_verified"]
     assert end["mode"] == "check" and end["runbook"] == "repair" and end["exit_code"] == 0
-    [node] = end["repairs"]
+    node, healthy = end["repairs"]
+    assert healthy == {"node": HEALTHY, "failing_layer": None, "cases": [], "actions": []}
     assert node["node"] == STALE and node["cases"] == [1] and node["failing_layer"] == "L5"
     assert [action["status"] for action in node["actions"] if action["task"].startswith(CASE_1_TASK)] == ["changed"]
 
