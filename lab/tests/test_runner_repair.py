@@ -3,8 +3,8 @@ runbook with its remediation over SSH on two node twins and the Kubernetes API t
 
 gpu-node-01 gets the stale ledger (`gpulab fault NODE stale-device-plugin`: capacity 8, allocatable 0, NVML 8;
 case 1). A repair without --limit is refused; the dry run names the node, its case and the step that would run and
-changes nothing (the healthy gpu-node-02 beside it: no repair); --apply (ticket and typed cluster name) restarts the plugin on that node and allocatable is 8
-again; the trail verifies and its runner_end line names the repair.
+changes nothing (the healthy gpu-node-02 beside it: no repair); --apply (ticket and typed cluster name) restarts
+the plugin on that node and allocatable is 8 again; the trail verifies and its runner_end line names the repair.
 """
 from __future__ import annotations
 
