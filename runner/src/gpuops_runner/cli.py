@@ -59,7 +59,8 @@ def add_runbook_parser(commands, name):
                                       "recorded in the audit trail")
     sub.add_argument("--confirm", metavar="CLUSTER", help="the cluster name typed (else asked on the terminal); "
                                                           "every inventory host must carry it")
-    sub.add_argument("--limit", help="ansible --limit pattern")
+    sub.add_argument("--limit", help="ansible --limit pattern" + (
+        ": the nodes to repair, required (without it the run is refused, exit 3)" if runbook.repairs else ""))
     sub.add_argument("--diff", action="store_true", help="ansible --diff")
     sub.add_argument("--vault-password-file", help="passed to ansible by path (its content is never copied)")
     sub.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="runs/ and audit.jsonl live here "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import html
 
-from gpuops_runner import timeline
+from gpuops_runner import repairs, timeline
 
 
 def parse_ts(text):
@@ -81,6 +81,9 @@ def summary_text(records, run_dir, audit_log, head):
     if gates:
         passed = sum(1 for gate in gates if gate.get("passed"))
         lines.append("  gates: %d passed, %d failed" % (passed, len(gates) - passed))
+    if end.get("repairs") is not None:
+        lines.append("")
+        lines += repairs.summary_lines(end["repairs"], end.get("mode"))
     lines.append("")
     if end:
         lines.append("  exit %s (%s)  ansible-runner status %s"
@@ -144,6 +147,16 @@ def html_page(records, head):
             _cell(", ".join(row["gates_passed"])),
             _cell(describe_failure(row["first_failure"])))
         for row in node_rows(records))
+    repairs_part = ""
+    if end.get("repairs") is not None:
+        repair_rows = "".join(
+            "<tr>%s%s%s%s%s</tr>" % (_cell(entry["node"]), _cell(entry["failing_layer"]),
+                                     _cell(", ".join(str(case) for case in entry["cases"])),
+                                     _cell(action["task"]), _cell(action["status"]))
+            for entry in end["repairs"] for action in entry["actions"] or [{"task": "", "status": "no repair"}])
+        repairs_part = ("<h2>Repairs (%s)</h2>\n<table id=\"repairs\"><tr><th>node</th><th>layer</th><th>cases</th>"
+                        "<th>step</th><th>status</th></tr>%s</table>\n"
+                        % ("dry run: would change" if end.get("mode") == "check" else "applied", repair_rows))
     return """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>%(title)s</title>
 <style>
@@ -159,8 +172,8 @@ tr.changed td{background:#fff6da}
 <h2>Nodes</h2>
 <table id="nodes"><tr><th>node</th><th>batch</th><th>result</th><th>ok</th><th>changed</th><th>failed</th>
 <th>gates passed</th><th>first failure</th></tr>%(nodes)s</table>
-<h2>Timeline</h2>
+%(repairs)s<h2>Timeline</h2>
 %(svg)s
 </body></html>
 """ % {"title": html.escape(title), "facts": fact_rows, "nodes": node_table,
-       "svg": timeline.svg(steps(records), inline=True)}
+       "svg": timeline.svg(steps(records), inline=True), "repairs": repairs_part}

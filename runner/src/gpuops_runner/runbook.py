@@ -16,9 +16,10 @@ import socket
 import sys
 
 from gpuops_runner import (approval, collection, controller, exitcodes, extravars, inventory, options, process,
-                           progress, report, timeline)
+                           progress, repairs, report, timeline)
 
-Runbook = collections.namedtuple("Runbook", "playbook apply_allowed summary")
+# fixed_vars: extra vars the subcommand sets (-e cannot); repairs: it needs --limit and its trail names the repairs
+Runbook = collections.namedtuple("Runbook", "playbook apply_allowed summary fixed_vars repairs", defaults=((), False))
 RUNBOOKS = {
     "upgrade": Runbook("driver_upgrade", True,
                        "roll a driver version across the GPU nodes: canary, then batches, each node drained, "
@@ -29,6 +30,10 @@ RUNBOOKS = {
     "diagnose": Runbook("diagnose", True,
                         "diagnose GPU nodes layer by layer (L0 hardware to L6 pods) and name the failing layer "
                         "and its fix (read-only unless the runbook's remediation is asked for)"),
+    "repair": Runbook("diagnose", True,
+                      "diagnose the nodes named with --limit and apply the runbook's safe repairs, each verified "
+                      "(dry run: what would be repaired, per node and case; --apply repairs)",
+                      (("gpuops_remediate", True),), True),
     "plan": Runbook("driver_upgrade", False,
                     "print the driver upgrade's plan by batch, never changing anything (always --check, never "
                     "--apply)"),
@@ -259,11 +264,18 @@ class RunbookRun:
 
     def _check(self, env):
         """The extra vars to run with; Refused when the run must not start."""
+        if self.runbook.repairs and (self.limit is None or self.limit.strip() in ("all", "*")):
+            raise Refused("gpuops %s names its nodes: pass --limit NODES (there is no fleet-wide repair)"
+                          % self.args.runbook)
         try:
             extra_vars = extravars.parse(self.args.extra_vars, self.events.is_secret_name)
         except extravars.ExtraVarsRefused as refusal:
             raise Refused(str(refusal))
         self.extra_vars = dict(extra_vars)   # the run's inputs as given (before gpuops adds its own)
+        for name, value in self.runbook.fixed_vars:
+            if name in extra_vars:
+                raise Refused("-e %s is set by gpuops %s" % (name, self.args.runbook))
+            extra_vars[name] = value
         if self.args.apply and not self.runbook.apply_allowed:
             raise Refused("gpuops %s is a dry run by definition: use gpuops upgrade --apply" % self.args.runbook)
         if self.args.apply and not self.ticket:
@@ -399,6 +411,8 @@ class RunbookRun:
         if self.after_run is not None and code == exitcodes.DONE:
             code, more = self.after_run(code)
             fields.update(more)
+        if self.runbook.repairs:
+            fields["repairs"] = repairs.collect(kept_events)
         self._append("runner_end", exit_code=code, outcome=exitcodes.MEANING[code], runner_status=result.status,
                      runner_rc=result.rc, cluster=self.cluster, artifacts=artifact_dir, **fields)
         return self._finish(code)
