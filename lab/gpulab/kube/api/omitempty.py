@@ -26,7 +26,7 @@ _MAP_FIELDS = frozenset({
     "data", "binaryData", "stringData", "disruptedPods", "overhead", "allocatedResources", "attributes",
 })
 # Opaque fields (``runtime.RawExtension``): kept as sent.
-_RAW_FIELDS = frozenset({"parameters", "raw", "openAPIV3Schema"})
+_RAW_FIELDS = frozenset({"parameters", "raw", "openAPIV3Schema", "fieldsV1"})
 
 # Fields kept when zero, false or empty wherever they appear in the kinds served: fields without omitempty
 # and pointers, whose names mean the same thing in every kind that has them.

@@ -21,6 +21,7 @@ from collections import defaultdict, deque
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import eviction as pdb_math
+from . import managedfields
 from .admission import admit_service_account
 from .defaults import apply_defaults
 from .concurrency import check_preconditions, check_resource_version
@@ -169,9 +170,13 @@ class Store:
     # ------------------------------------------------------------ create
 
     def create(self, resource: str, obj: dict, namespace: Optional[str] = None, dry_run: bool = False,
-               field_validation: Optional[str] = None) -> dict:
+               field_validation: Optional[str] = None, field_manager: Optional[str] = None,
+               _applied: bool = False) -> dict:
+        """``field_manager``: who writes (the API server passes it; the twin's own controllers write
+        untracked): its managedFields entry is recorded (see managedfields.py)."""
         info = self._info(resource)
         obj = copy.deepcopy(obj)
+        applied = copy.deepcopy(obj) if _applied else None
         metadata = obj.setdefault("metadata", {})
         with self._mutating():
             namespace = self._resolve_namespace(resource, metadata, namespace)
@@ -194,6 +199,13 @@ class Store:
                 obj.pop("status", None)
             apply_defaults(resource, obj)
             self._admit_write(resource, info, obj, field_validation)
+            if field_manager is not None:
+                entries = managedfields.base_entries(None, metadata.pop("managedFields", None))
+                entries = managedfields.record_write(
+                    entries, field_manager, "Apply" if _applied else "Update", info["apiVersion"], now_rfc3339(),
+                    None, obj, applied=applied, status_is_subresource="status" in info["subresources"])
+                if entries:
+                    metadata["managedFields"] = entries
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
                 return prune(resource, obj)
@@ -283,7 +295,7 @@ class Store:
 
     def update(self, resource: str, obj: dict, namespace: Optional[str] = None,
                subresource: Optional[str] = None, dry_run: bool = False,
-               field_validation: Optional[str] = None) -> dict:
+               field_validation: Optional[str] = None, field_manager: Optional[str] = None) -> dict:
         info = self._info(resource)
         obj = copy.deepcopy(obj)
         metadata = obj.get("metadata") or {}
@@ -299,7 +311,28 @@ class Store:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
                                                         " resource")
             new = self._merged_update(resource, info, current.obj, obj, subresource, field_validation)
+            self._track_fields(info, current.obj, new, metadata.get("managedFields"), field_manager, subresource)
             return self._store_update(resource, current, new, dry_run)
+
+    @staticmethod
+    def _track_fields(info: dict, current: dict, new: dict, sent_entries, field_manager: Optional[str],
+                      subresource: Optional[str], applied: Optional[dict] = None) -> None:
+        """``new``'s managedFields: the stored ones for an untracked write (no ``field_manager``), else the
+        write recorded (managedfields.py); a change of timestamps only keeps the stored entries (a no-op)."""
+        stored = current["metadata"].get("managedFields")
+        entries = copy.deepcopy(stored) if stored else []
+        if field_manager is not None:
+            base = managedfields.base_entries(stored, sent_entries if subresource != "status" else None)
+            entries = managedfields.record_write(
+                base, field_manager, "Apply" if applied is not None else "Update", info["apiVersion"],
+                now_rfc3339(), current, new, applied=applied, subresource=subresource or "",
+                status_is_subresource="status" in info["subresources"])
+            if stored and managedfields.without_times(entries) == managedfields.without_times(stored):
+                entries = copy.deepcopy(stored)
+        if entries:
+            new["metadata"]["managedFields"] = entries
+        else:
+            new["metadata"].pop("managedFields", None)
 
     def _merged_update(self, resource: str, info: dict, current: dict, obj: dict,
                        subresource: Optional[str], field_validation: Optional[str] = None) -> dict:
@@ -353,7 +386,7 @@ class Store:
 
     def patch(self, resource: str, name: str, patch, patch_type: str, namespace: Optional[str] = None,
               subresource: Optional[str] = None, dry_run: bool = False, force: bool = False,
-              field_validation: Optional[str] = None) -> dict:
+              field_validation: Optional[str] = None, field_manager: Optional[str] = None) -> dict:
         """Patch with one of PATCH_TYPES; ``patch`` is a dict/list or its JSON (YAML for apply) text."""
         info = self._info(resource)
         check_patch_type(patch_type)
@@ -365,7 +398,8 @@ class Store:
         with self._mutating():
             key = self._key(resource, name, namespace)
             if patch_type == APPLY_PATCH and key not in self._objects[resource]:
-                return self.create(resource, document, namespace, dry_run=dry_run, field_validation=field_validation)
+                return self.create(resource, document, namespace, dry_run=dry_run, field_validation=field_validation,
+                                   field_manager=field_manager, _applied=field_manager is not None)
             current = self._entry(resource, name, namespace)
             patched = apply_patch_document(current.obj, document, patch_type)
             patched_name = (patched.get("metadata") or {}).get("name") if isinstance(patched, dict) else None
@@ -374,6 +408,9 @@ class Store:
                                % (patched_name, name))
             check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
             new = self._merged_update(resource, info, current.obj, patched, subresource, field_validation)
+            sent = patched["metadata"].get("managedFields")
+            self._track_fields(info, current.obj, new, sent, field_manager, subresource,
+                               applied=document if patch_type == APPLY_PATCH else None)
             return self._store_update(resource, current, new, dry_run)
 
     # ------------------------------------------------------------ delete

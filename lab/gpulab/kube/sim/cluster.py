@@ -48,6 +48,7 @@ from .controllers import ControllerManager
 from .driver_upgrade_controller import DriverUpgradeController
 from .kubelet import Kubelet, KubeletConfig
 from .pods import PodLogs
+from .rootca import RootCaPublisher
 
 OperatorConfig = operator.OperatorConfig    # for the daemon, which imports only this module
 KUBECONFIG_FILE = "kubeconfig"
@@ -125,6 +126,7 @@ class KubeCluster:
         self.server = ApiServer(self.store, self.host, self.port, os.path.join(self.state_dir, "keys", "kube"), token,
                                 faults_path=os.path.join(self.state_dir, API_FAULTS_FILE))
         self.server.start()
+        RootCaPublisher(self.store, self.server.ca_pem).start()    # kube-root-ca.crt in every namespace
         write_kubeconfig(self.kubeconfig_path, self.server.url, self.server.ca_pem, token)
 
     def stop(self) -> None:
