@@ -65,6 +65,9 @@ NEEDS_WHAT_THE_TWIN_LACKS = {
     "k8s_check_mode": "installs kubernetes releases from PyPI into a virtualenv (a package registry)",
     "k8s_copy": "k8s_cp runs tar through exec in the container's own filesystem (the twin's containers have none)",
     "k8s_exec": "exec into a container (the twin serves no exec/attach streams)",
+    "k8s_info": "its discovery tasks apply KubeVirt's release manifests from github.com (the internet); the rest of "
+                "its tasks passed against the twin (2026-12-04, 894 s)",
+    "k8s_validate": "pip-installs kubernetes-validate into a virtualenv (a package registry)",
 }
 
 
