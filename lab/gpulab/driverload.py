@@ -40,6 +40,36 @@ def apply_loaded(node, state: dict) -> None:
     node.save()
 
 
+def _holds_nvidia_device(pid: int) -> bool:
+    try:
+        names = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, name))
+        except OSError:
+            continue
+        if target.startswith("/dev/nvidia"):
+            return True
+    return False
+
+
+def _is_persistenced(pid: int) -> bool:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as stream:
+            argv = stream.read().split(b"\0")
+    except OSError:
+        return False
+    return any(os.path.basename(arg.decode(errors="replace")) == "nvidia-persistenced" for arg in argv[:2])
+
+
+def module_users(pids: list) -> list:
+    """What keeps the NVIDIA modules loaded, as the kernel counts it: ``pid N`` for each process (host PIDs of the
+    node's namespace) with a /dev/nvidia* device open, or running nvidia-persistenced (which keeps them open)."""
+    return ["pid %d" % pid for pid in sorted(pids) if _holds_nvidia_device(pid) or _is_persistenced(pid)]
+
+
 def apply_unloaded(node) -> None:
     """``rmmod`` of every NVIDIA module: their /proc and /sys entries go (device files stay, as on a host)."""
     shutil.rmtree(node.root_path("/proc/driver/nvidia"), ignore_errors=True)
