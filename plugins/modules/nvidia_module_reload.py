@@ -14,13 +14,14 @@ description:
     C(Driver/library version mismatch)) without a reboot, when nothing uses the GPUs.
   - Reloads only when the loaded module (C(/sys/module/nvidia/version)) is older than the userspace driver, the
     module on disk (C(modinfo -F version nvidia)) is the userspace's version, and no process holds a
-    C(/dev/nvidia*) device. Otherwise it changes nothing and says why in RV(reason).
+    C(/dev/nvidia*) device but the main processes of the active O(services) (they are stopped for the reload).
+    Otherwise it changes nothing and says why in RV(reason).
   - Stops the host services of O(services) that are active (they keep the devices open), unloads the NVIDIA modules
     with one C(modprobe -r) in dependency order (C(nvidia_peermem), C(nvidia_drm), C(nvidia_modeset),
     C(nvidia_uvm), C(nvidia)), loads those modules again (C(nvidia) first), confirms that
     C(/sys/module/nvidia/version) is the userspace's version and starts the services it stopped.
   - When the kernel refuses the unload (a module in use), the services are started again and RV(reloaded) is
-    false with the refusal in RV(reason): the caller reboots the node instead. The module does not fail then.
+    false with the refusal in RV(reason); the caller reboots the node instead. The module does not fail then.
   - It does not look at Kubernetes; the caller checks that no pod holds a GPU of the node first.
 author: gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -114,7 +115,8 @@ userspace_version:
   type: str
   sample: 550.54.15
 holders:
-  description: The processes holding a C(/dev/nvidia*) device (C(pid N)), as read before any change.
+  description: The processes holding a C(/dev/nvidia*) device (C(pid N)), as read before any change, the services'
+    main processes left out.
   returned: always
   type: list
   elements: str
@@ -134,7 +136,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.host.command import 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.module_reload import (
     DEFAULT_SERVICES,
     is_in_use_error,
+    parse_main_pid,
     plan_reload,
+    workload_holders,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.node_facts import installed_nvml_library_version
 
@@ -154,8 +158,8 @@ def loaded_modules():
             if os.path.isdir(os.path.join(SYS_MODULE, name))]
 
 
-def device_holders():
-    """'pid N' for each process with a /dev/nvidia* device open (what lsof /dev/nvidia* lists)."""
+def device_holder_pids():
+    """The processes with a /dev/nvidia* device open (what lsof /dev/nvidia* lists)."""
     holders = []
     for entry in sorted(os.listdir("/proc"), key=lambda name: int(name) if name.isdigit() else -1):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -171,7 +175,7 @@ def device_holders():
             except (IOError, OSError):
                 continue
             if target.startswith("/dev/nvidia"):
-                holders.append("pid %s" % entry)
+                holders.append(int(entry))
                 break
     return holders
 
@@ -193,7 +197,13 @@ def main():
     before = read_module_version()
     modinfo = runner.run(["modinfo", "-F", "version", "nvidia"]) if runner.find("modinfo") else None
     on_disk = modinfo.stdout.strip() if modinfo is not None and modinfo.ok else None
-    holders = device_holders()
+    systemctl = runner.find("systemctl")
+    active, service_pids = [], []
+    for service in params["services"] if systemctl else []:
+        if runner.run([systemctl, "is-active", "--quiet", service]).rc == 0:
+            active.append(service)
+            service_pids.append(parse_main_pid(runner.run([systemctl, "show", "--property=MainPID", service]).stdout))
+    holders = workload_holders(device_holder_pids(), service_pids)
     plan = plan_reload(before, userspace, on_disk, loaded_modules(), holders)
     result = dict(changed=False, reloaded=False, reason=plan["reason"], plan=plan, version_before=before,
                   version_after=before, userspace_version=userspace, holders=holders, stopped_services=[])
@@ -201,13 +211,11 @@ def main():
         result["changed"] = plan["reload"]
         module.exit_json(**result)
 
-    systemctl = runner.find("systemctl")
     modprobe = runner.find("modprobe", required=True)
     stopped = []
-    for service in params["services"] if systemctl else []:
-        if runner.run([systemctl, "is-active", "--quiet", service]).rc == 0:
-            runner.run_or_fail([systemctl, "stop", service], what="systemctl stop %s" % service)
-            stopped.append(service)
+    for service in active:
+        runner.run_or_fail([systemctl, "stop", service], what="systemctl stop %s" % service)
+        stopped.append(service)
     result.update(changed=bool(stopped), stopped_services=stopped)
     unload = runner.run([modprobe, "-r"] + plan["unload"])
     if not unload.ok:

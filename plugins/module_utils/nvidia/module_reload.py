@@ -50,6 +50,22 @@ def is_in_use_error(text):
     return bool(re.search(r"\bis in use\b|\bResource temporarily unavailable\b", text or ""))
 
 
+def parse_main_pid(text):
+    """The MainPID of ``systemctl show --property=MainPID UNIT`` (0 or absent: not running) -> int or None."""
+    for line in (text or "").splitlines():
+        key, _sep, value = line.partition("=")
+        if key.strip() == "MainPID" and value.strip().isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+def workload_holders(holder_pids, service_pids):
+    """'pid N' for the processes holding a /dev/nvidia* device that are not the services stopped for the reload
+    (nvidia-persistenced keeps the devices open but runs no work: stopping it is part of the reload)."""
+    services = set(service_pids or [])
+    return ["pid %d" % pid for pid in sorted(set(holder_pids or [])) if pid not in services]
+
+
 def plan_reload(kernel_version, userspace_version, on_disk_version, loaded_names, holders):
     """Whether a module reload ends the skew, and how.
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.module_reload import (
     is_in_use_error,
     load_order,
+    parse_main_pid,
     plan_reload,
     unload_order,
     version_key,
+    workload_holders,
 )
 
 # lsmod on a host with the full driver stack (from the "NVML: Driver/library version mismatch" note the research
@@ -62,3 +64,11 @@ def test_version_key():
     assert version_key("550.54.15\n") == (550, 54, 15)
     assert version_key("580.65") == (580, 65)
     assert version_key("") is None and version_key(None) is None and version_key("550.x") is None
+
+
+def test_the_services_stopped_for_the_reload_do_not_count_as_holding_a_gpu():
+    # systemd 252's `systemctl show --property=MainPID nvidia-persistenced.service`
+    assert parse_main_pid("MainPID=1187\n") == 1187
+    assert parse_main_pid("MainPID=0\n") is None and parse_main_pid("") is None
+    assert workload_holders([1187, 4242, 4242], [1187, None]) == ["pid 4242"]
+    assert workload_holders([1187], [1187]) == []
