@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 
 from gpulab.devviews import make_nvidia_dev_nodes
 from gpulab.osutil import write_file, write_json
@@ -41,17 +42,19 @@ def apply_loaded(node, state: dict) -> None:
 
 
 def _holds_nvidia_device(pid: int) -> bool:
+    """An open /dev/nvidia* of the process (read from the host: the link names the file from the node's mounts,
+    so the device is known by its name and by being a character device)."""
     try:
         names = os.listdir("/proc/%d/fd" % pid)
     except OSError:
         return False
     for name in names:
+        link = "/proc/%d/fd/%s" % (pid, name)
         try:
-            target = os.readlink("/proc/%d/fd/%s" % (pid, name))
+            if os.path.basename(os.readlink(link)).startswith("nvidia") and stat.S_ISCHR(os.stat(link).st_mode):
+                return True
         except OSError:
             continue
-        if target.startswith("/dev/nvidia"):
-            return True
     return False
 
 
@@ -68,6 +71,25 @@ def module_users(pids: list) -> list:
     """What keeps the NVIDIA modules loaded, as the kernel counts it: ``pid N`` for each process (host PIDs of the
     node's namespace) with a /dev/nvidia* device open, or running nvidia-persistenced (which keeps them open)."""
     return ["pid %d" % pid for pid in sorted(pids) if _holds_nvidia_device(pid) or _is_persistenced(pid)]
+
+
+def unload(node, ended_by_unload: tuple) -> dict:
+    """``modprobe -r`` of the NVIDIA modules in the running node (the node core's lock held): refused while in use
+    (a process holds /dev/nvidia*, or nvidia-persistenced runs), as the kernel refuses; else unloaded, and the faults
+    of ``ended_by_unload`` end (driver-skew: the next ``modprobe nvidia`` loads the module on disk, as a boot would)."""
+    if not node.state["module_loaded"]:
+        return {"ok": True}
+    users = module_users(node.node_pids())
+    if users:
+        node.lab.events.emit(node.name, "modprobe-remove-refused", users=users)
+        return {"ok": False, "module": "nvidia", "reason": "in use by %s" % ", ".join(users)}
+    apply_unloaded(node)
+    ended = [kind for kind in node.faults if kind in ended_by_unload]
+    for kind in ended:
+        node.faults.remove(kind)
+    if ended:
+        node.write_faults_file()
+    return {"ok": True}
 
 
 def apply_unloaded(node) -> None:

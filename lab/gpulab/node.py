@@ -378,7 +378,7 @@ class Node:
             if not self.holder_pid:
                 result = {"ok": False, "reason": "node %s is not running" % self.name}
             elif request.get("remove"):
-                result = self._unload_modules()
+                result = driverload.unload(self, node_faults.CLEARED_BY_BOOT)
             elif self.state["module_loaded"]:
                 result = {"ok": True}
             else:
@@ -397,24 +397,6 @@ class Node:
         write_json(os.path.join(self.control_dir, "modprobe-%s.json" % request.get("id")), result)
         self.lab.events.emit(self.name, "modprobe", modules=request.get("modules"), ok=result["ok"],
                              reason=result.get("reason"))
-
-    def _unload_modules(self) -> dict:
-        """``modprobe -r`` of the NVIDIA modules: refused while in use (a process holds /dev/nvidia*, or
-        nvidia-persistenced runs), as the kernel refuses; else unloaded, and a driver-skew ends (the next
-        ``modprobe nvidia`` loads the module on disk, as a boot would)."""
-        if not self.state["module_loaded"]:
-            return {"ok": True}
-        users = driverload.module_users(self.node_pids())
-        if users:
-            self.lab.events.emit(self.name, "modprobe-remove-refused", users=users)
-            return {"ok": False, "module": "nvidia", "reason": "in use by %s" % ", ".join(users)}
-        driverload.apply_unloaded(self)
-        ended = [kind for kind in self.faults if kind in node_faults.CLEARED_BY_BOOT]
-        for kind in ended:
-            self.faults.remove(kind)
-        if ended:
-            self.write_faults_file()
-        return {"ok": True}
 
     def clear_control_requests(self) -> None:
         for name in ("request", "request.tmp", "modprobe", "modprobe.tmp"):
