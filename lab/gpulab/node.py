@@ -377,6 +377,8 @@ class Node:
         with self.lock:
             if not self.holder_pid:
                 result = {"ok": False, "reason": "node %s is not running" % self.name}
+            elif request.get("remove"):
+                result = driverload.unload(self, node_faults.CLEARED_BY_BOOT)
             elif self.state["module_loaded"]:
                 result = {"ok": True}
             else:

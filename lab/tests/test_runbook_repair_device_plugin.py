@@ -11,7 +11,9 @@ Four nodes, one cause each, injected on the node's side where the cause lives:
 Diagnose names case 3 and the cause on each and changes nothing; the dry run (`--check`) changes nothing; the
 confirmed repair deletes the socket and restarts the plugin (02), restarts the kubelet then the plugin (03), reports
 the configuration to fix (04), and on 01 stops at cordon + annotation while the GPU is in use; once the pod is
-gone the repair reboots 01. Every repaired node ends with its 8 GPUs allocatable; the audit trail names the actions.
+gone the repair reboots 01 (gpuops_device_plugin_skew_reload=false: the site chose the reboot over the module
+reload, test_runbook_repair_skew_reload.py). Every repaired node ends with its 8 GPUs allocatable; the audit trail
+names the actions.
 """
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ def test_each_crash_cause_is_named_then_repaired(fleet, tmp_path):
     # the GPU is free now: the repair reboots the node, its GPUs come back, the node is given back
     assert kubectl(lab, "delete", "pod", "-n", "default", "gpu-job", "--wait=true").returncode == 0
     rc, _shown, causes, changed, failed, audit = run_diagnose(lab, tmp_path / "reboot", hosts="gpu-node-01",
-                                                              **confirm)
+                                                              gpuops_device_plugin_skew_reload=False, **confirm)
     assert rc == 0 and not failed, failed
     assert causes["gpu-node-01"]["cause"] == "version_skew"
     assert lab.node_status("gpu-node-01")["boot_id"] != boot_01
