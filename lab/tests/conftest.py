@@ -33,7 +33,8 @@ FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"
 LONGEST_FIRST = (
     "test_runbook_upgrade_packages.py", "test_runbook_batch_faults.py", "test_runbook_upgrade_faults.py",
     "test_runbook_driver_upgrade.py", "test_role_nvidia_driver.py", "test_runbook_operator_upgrade.py",
-    "test_runbook_upgrade_mig.py", "test_runbook_repair_device_plugin.py", "test_alertmanager_silence.py",
+    "test_runbook_upgrade_mig.py", "test_runbook_repair_device_plugin.py", "test_node_selfcheck.py",
+    "test_runbook_repair_skew_reload.py", "test_alertmanager_silence.py",
     "test_runbook_node_bootstrap.py", "test_runbook_bootstrap_batches.py", "test_hardening_lock_rbac.py",
     "test_runbook_upgrade_multinode.py", "test_runner_upgrade_bastion.py", "test_lab_gpu_operator.py",
     "test_chaos_seed_214.py", "test_runbook_repair_xid79.py", "test_chaos_seed_364.py", "test_chaos_seed_15.py",
