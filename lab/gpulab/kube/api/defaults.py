@@ -1,6 +1,8 @@
 """What the API server's defaulting does to objects at create and update (pod spec, workloads, namespaces,
-PodDisruptionBudgets) and the pod QoS class (kube's GetPodQOS)."""
+PodDisruptionBudgets, Secrets) and the pod QoS class (kube's GetPodQOS)."""
 from __future__ import annotations
+
+import base64
 
 
 def _default_pod_spec(spec: dict) -> None:
@@ -72,10 +74,24 @@ def apply_defaults(resource: str, obj: dict) -> None:
         _default_template(obj)
         obj.setdefault("status", {"currentNumberScheduled": 0, "numberMisscheduled": 0,
                                   "desiredNumberScheduled": 0, "numberReady": 0})
+    elif resource == "secrets":
+        _default_secret(obj)
     elif resource == "poddisruptionbudgets":
         obj.setdefault("spec", {})
         obj.setdefault("status", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
                                   "expectedPods": 0})
+
+
+def _default_secret(obj: dict) -> None:
+    """Type ``Opaque`` by default; ``stringData`` is write-only: merged into ``data`` (base64), its keys winning,
+    as the v1 -> internal Secret conversion does."""
+    obj.setdefault("type", "Opaque")
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = obj.get("data") or {}
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        obj["data"] = data
 
 
 def _default_job(obj: dict) -> None:

@@ -126,7 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "")
+            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "", self._peer_certificate(),
+                                                      self.headers)
             if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._injected_fault(split.path, split.query)
@@ -143,6 +144,12 @@ class _Handler(BaseHTTPRequestHandler):
                 recorder.record_request(self.command, split.path, split.query, self._code,
                                         self._user.name if self._user else None, self.headers.get("User-Agent"),
                                         (time.monotonic() - started) * 1000.0, self._verb)
+
+    def _peer_certificate(self) -> Optional[dict]:
+        try:
+            return self.connection.getpeercert() or None
+        except (AttributeError, ValueError, ssl.SSLError):
+            return None
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
@@ -626,7 +633,7 @@ class ApiServer:
         cert_path, key_path = tls.issue_server_certificate(self.ca_dir, ip_addresses=tuple(dict.fromkeys(ips)),
                                                            dns_names=tuple(dict.fromkeys(names)))
         self.ca_pem = tls.read_pem(tls.ensure_ca(self.ca_dir)[0])
-        self._context = tls.server_ssl_context(cert_path, key_path)
+        self._context = tls.server_ssl_context(cert_path, key_path, client_ca_path=tls.ensure_ca(self.ca_dir)[0])
         self._listen()
         return self
 

@@ -48,6 +48,7 @@ from .controllers import ControllerManager
 from .driver_upgrade_controller import DriverUpgradeController
 from .kubelet import Kubelet, KubeletConfig
 from .pods import PodLogs
+from .tokens import TokensController
 
 OperatorConfig = operator.OperatorConfig    # for the daemon, which imports only this module
 KUBECONFIG_FILE = "kubeconfig"
@@ -126,6 +127,8 @@ class KubeCluster:
                                 faults_path=os.path.join(self.state_dir, API_FAULTS_FILE))
         self.server.start()
         write_kubeconfig(self.kubeconfig_path, self.server.url, self.server.ca_pem, token)
+        self.manager.addons.append(TokensController(self.store, self.server.access.authenticator.legacy_token,
+                                                    self.server.ca_pem))
 
     def stop(self) -> None:
         if self.server is not None:
