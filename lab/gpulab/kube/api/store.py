@@ -324,7 +324,7 @@ class Store:
                 new["status"] = copy.deepcopy(current["status"])
             else:
                 new.pop("status", None)
-        apply_defaults(resource, new)
+        apply_defaults(resource, new, current)
         self._admit_write(resource, info, new, field_validation)
         if (resource in _GENERATION_RESOURCES or info.get("custom")) and _spec_of(new) != _spec_of(current):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1
