@@ -106,7 +106,7 @@ def serve_twin(state_dir: str) -> None:
     host_processes = os.environ.get("GPULAB_TARGETS_HOST_PROCESSES", "1") == "1"
     views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8), host_processes=host_processes) for index in range(2)]
     twin = KubeCluster(state_dir, views, heartbeat_s=1.0, tick_s=0.1, crash_backoff_s=1.0, job_backoff_s=1.0,
-                       container_start_s=0.5).start()
+                       container_start_s=0.5, container_pid1_signals=True).start()
     try:
         print("ready", flush=True)
         sys.stdin.read()

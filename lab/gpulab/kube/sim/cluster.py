@@ -62,7 +62,7 @@ class KubeCluster:
     def __init__(self, state_dir: str, node_views, api_only: int = 0, mig_strategy: str = "single",
                  dra: bool = False, heartbeat_s: float = 10.0, tick_s: float = 0.5, host: str = "127.0.0.1",
                  port: int = 0, crash_backoff_s: float = 10.0, container_start_s: float = 1.0, record: bool = True,
-                 job_backoff_s: float = 10.0, gpu_operator=None):
+                 job_backoff_s: float = 10.0, gpu_operator=None, container_pid1_signals: bool = False):
         if mig_strategy not in ("single", "mixed"):
             raise ValueError("mig_strategy must be 'single' or 'mixed', not %r" % (mig_strategy,))
         self.state_dir = state_dir
@@ -78,7 +78,8 @@ class KubeCluster:
             crash_backoff_s *= gpu_operator.time_scale
         self.config = KubeletConfig(heartbeat_s=heartbeat_s, mig_strategy=mig_strategy, dra=dra,
                                     crash_backoff_s=crash_backoff_s, container_start_s=container_start_s,
-                                    operator_labels=gpu_operator is not None)
+                                    operator_labels=gpu_operator is not None,
+                                    container_pid1_signals=container_pid1_signals)
         if gpu_operator is not None:
             self.config.max_crash_backoff_s *= gpu_operator.time_scale
         os.makedirs(state_dir, exist_ok=True)
