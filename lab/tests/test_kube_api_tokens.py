@@ -172,3 +172,22 @@ def test_string_data_is_merged_into_data(api):
     assert created["type"] == "Opaque"
     assert "stringData" not in created
     assert created["data"] == {"a": "eA==", "b": base64.b64encode(b"bar").decode()}
+
+
+NETWORK_POLICY = textwrap.dedent("""\
+    apiVersion: networking.k8s.io/v1
+    kind: NetworkPolicy
+    metadata: {name: netpol, namespace: work, labels: {app: netpol}}
+    spec:
+      podSelector: {matchLabels: {app: netpol}}
+      policyTypes: [Ingress, Egress]
+      ingress: [{ports: [{port: 9093, protocol: TCP}]}]
+      egress: [{}]
+    """)
+
+
+def test_network_policies_are_served_and_an_unchanged_apply_changes_nothing(api):
+    assert "created" in kubectl(api["admin"], "apply", "-f", "-", stdin=NETWORK_POLICY).stdout
+    assert "unchanged" in kubectl(api["admin"], "apply", "-f", "-", stdin=NETWORK_POLICY).stdout
+    stored = json.loads(kubectl(api["admin"], "-n", "work", "get", "netpol", "netpol", "-o", "json").stdout)
+    assert stored["spec"]["egress"] == [{}]
