@@ -1,6 +1,7 @@
 """The API server's access control in one place (what ``server.py`` calls): authentication (``authn.py``: a
-bearer token, else a client certificate), impersonation (``impersonation.py``), RBAC authorization (``rbac.py``) of every resource request, and the two requests that are about access itself
-(TokenRequest, SelfSubjectAccessReview)."""
+bearer token, else a client certificate), impersonation (``impersonation.py``), RBAC authorization
+(``rbac.py``) of every resource request, and the two requests that are about access itself (TokenRequest,
+SelfSubjectAccessReview)."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
