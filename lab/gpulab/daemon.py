@@ -423,8 +423,8 @@ class Lab:
         for node in self.nodes:
             if not node.is_running():
                 continue
-            cert, key = kube_tls.issue_client_certificate(server.ca_dir, "kubelet-" + node.name,
-                                                          "system:node:" + node.name, ["system:nodes"])
+            cert, key = kube_tls.issue_client_certificate(server.ca_dir, "system:node:" + node.name, ["system:nodes"],
+                                                          name="kubelet-" + node.name)
             client_pem = kube_tls.read_pem(cert) + kube_tls.read_pem(key)
             kubeadm.install_kubelet_credentials(node.root_path("/"), node.name, self.settings["cluster_name"], url,
                                                 server.ca_pem, client_pem, stamp)

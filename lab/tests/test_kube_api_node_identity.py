@@ -53,7 +53,7 @@ def api(tmp_path_factory):
         subprocess.run([KUBECTL, "--kubeconfig", admin, "create", "-f", "-"], check=True, capture_output=True,
                        text=True, timeout=60,
                        input=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
-    cert, key = tls.issue_client_certificate(ca_dir, "kubelet-node-a", "system:node:node-a", ["system:nodes"])
+    cert, key = tls.issue_client_certificate(ca_dir, "system:node:node-a", ["system:nodes"], name="kubelet-node-a")
     kubelet = str(base / "kubelet.conf")
     with open(kubelet, "w") as stream:
         stream.write(KUBELET_CONF % {"ca": os.path.join(ca_dir, "ca.crt"), "server": server.url, "node": "node-a",
@@ -97,8 +97,8 @@ def test_a_kubelet_certificate_may_not_modify_another_node(api):
 
 
 def test_a_certificate_from_another_ca_is_refused(api):
-    cert, key = tls.issue_client_certificate(str(api["base"] / "other-ca"), "x", "system:node:node-a",
-                                             ["system:nodes"])
+    cert, key = tls.issue_client_certificate(str(api["base"] / "other-ca"), "system:node:node-a", ["system:nodes"],
+                                             name="x")
     context = ssl.create_default_context(cafile=os.path.join(api["ca_dir"], "ca.crt"))
     context.load_cert_chain(cert, key)
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):

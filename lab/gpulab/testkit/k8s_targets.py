@@ -19,6 +19,7 @@ The result is a Markdown table (target, result, seconds, the first failed task) 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from gpulab.kube.api.tls import issue_client_certificate
 from gpulab.kube.sim.cluster import KubeCluster
 from gpulab.kube.testing import FakeNodeView, make_gpus
 
@@ -107,7 +109,7 @@ def serve_twin(state_dir: str) -> None:
     host_processes = os.environ.get("GPULAB_TARGETS_HOST_PROCESSES", "1") == "1"
     views = [FakeNodeView("gpu-%d" % index, gpus=make_gpus(8), host_processes=host_processes) for index in range(2)]
     twin = KubeCluster(state_dir, views, heartbeat_s=1.0, tick_s=0.1, crash_backoff_s=1.0, job_backoff_s=1.0,
-                       container_start_s=0.5).start()
+                       container_start_s=0.5, container_pid1_signals=True).start()
     try:
         print("ready", flush=True)
         sys.stdin.read()
@@ -155,6 +157,18 @@ def first_failure(log: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
+def write_client_certificate_kubeconfig(kubeconfig: str, ca_dir: str, path: str) -> None:
+    """The twin's kubeconfig with kind's kind of user: a client certificate of `kubernetes-admin` in
+    `system:masters` instead of the token (setup_kubeconfig's `test_inventory_read_credentials` copies it)."""
+    cert_path, key_path = issue_client_certificate(ca_dir, "kubernetes-admin", ["system:masters"], "kubernetes-admin")
+    with open(kubeconfig) as stream:
+        document = json.load(stream)
+    document["users"][0]["user"] = {"client-certificate-data": base64.b64encode(_read(cert_path).encode()).decode(),
+                                    "client-key-data": base64.b64encode(_read(key_path).encode()).decode()}
+    with open(path, "w") as stream:
+        json.dump(document, stream, indent=2)
+
+
 def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
     target_dir = os.path.join(collection, TARGETS_DIR, name)
     state_dir = tempfile.mkdtemp(prefix="k8s-target-%s-" % name)
@@ -164,7 +178,8 @@ def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
     try:
         home = os.path.join(state_dir, "home")
         os.makedirs(os.path.join(home, ".kube"))
-        shutil.copy(kubeconfig, os.path.join(home, ".kube", "config"))
+        write_client_certificate_kubeconfig(kubeconfig, os.path.join(state_dir, "keys", "kube"),
+                                            os.path.join(home, ".kube", "config"))
         # the twin is ~/.kube/config only, as in the targets' CI (k8s_full checks that nothing else is)
         env = {key: value for key, value in os.environ.items() if not key.startswith(("K8S_AUTH_", "KUBECONFIG"))}
         env.update(HOME=home,

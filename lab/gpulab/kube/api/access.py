@@ -1,12 +1,13 @@
-"""The API server's access control in one place (what ``server.py`` calls): authentication (``authn.py``),
-RBAC authorization (``rbac.py``) of every resource request, and the two requests that are about access itself
-(TokenRequest, SelfSubjectAccessReview)."""
+"""The API server's access control in one place (what ``server.py`` calls): authentication (``authn.py``: a
+bearer token, else a client certificate), impersonation (``impersonation.py``), RBAC authorization
+(``rbac.py``) of every resource request, and the two requests that are about access itself (TokenRequest,
+SelfSubjectAccessReview)."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
-from .authn import Authenticator, User
-from .nodeauth import authorize_node, certificate_user
+from .authn import Authenticator, User, certificate_user
+from .impersonation import impersonated
 from .rbac import SELF_SUBJECT_ACCESS_REVIEW_PATH, Authorizer, request_attributes
 from .routes import parse_resource_path
 
@@ -16,9 +17,16 @@ class Access:
         self.authenticator = Authenticator(store, admin_token, key_dir)
         self.authorizer = Authorizer(store)
 
-    def authenticate(self, authorization_header: str, peer_certificate: Optional[dict] = None) -> Optional[User]:
-        """The bearer token's user, else the client certificate's (``nodeauth.py``: kubelets)."""
-        return self.authenticator.authenticate(authorization_header) or certificate_user(peer_certificate)
+    def authenticate(self, authorization_header: str, peer_certificate: Optional[dict] = None,
+                     headers=None) -> Optional[User]:
+        """The user a request acts as: its bearer token's, else its client certificate's (None: 401), then the
+        one it impersonates (403 when it may not)."""
+        user = self.authenticator.authenticate(authorization_header)
+        if user is None and not authorization_header:
+            user = certificate_user(peer_certificate)
+        if user is not None and headers is not None:
+            user = impersonated(self.authorizer, user, headers)
+        return user
 
     def check(self, method: str, path: str, query: Dict[str, List[str]], user: User,
               read_body: Callable[[], dict]) -> Optional[dict]:

@@ -5,6 +5,12 @@ ServiceAccount tokens the twin issues through the TokenRequest API
 ServiceAccount tokens are JWTs (HS256 with a key kept in the twin's CA folder, so they stay valid across daemon
 restarts) naming the account and its uid; a token stops authenticating when it expires or when its ServiceAccount
 is deleted (or recreated with another uid), as kube-apiserver's bound tokens do.
+
+Also the legacy tokens of ``kubernetes.io/service-account-token`` Secrets (``legacy_token``, what the sim's tokens
+controller writes into ``data.token``; issuer ``kubernetes/serviceaccount``, no expiry): valid while the Secret
+holds that token and its ServiceAccount exists with the uid the token names, as kube-apiserver's legacy
+validator checks. And x509 client certificates signed by the twin CA (``certificate_user``): the subject's CN is
+the user, its O entries the groups, as kube-apiserver's client-certificate authenticator reads them.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ from typing import List, Optional
 from .errors import ApiError, not_found
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
+LEGACY_ISSUER = "kubernetes/serviceaccount"
+LEGACY_CLAIM_PREFIX = "kubernetes.io/serviceaccount/"
 ADMIN_USER = "admin"
 MASTERS_GROUP = "system:masters"
 AUTHENTICATED_GROUP = "system:authenticated"
@@ -90,6 +98,8 @@ class Authenticator:
         claims = self._verified_claims(token)
         if claims is None:
             return None
+        if claims.get("iss") == LEGACY_ISSUER:
+            return self._legacy_user(token, claims)
         account = claims.get("kubernetes.io") or {}
         namespace = account.get("namespace")
         name = (account.get("serviceaccount") or {}).get("name")
@@ -113,9 +123,47 @@ class Authenticator:
             claims = json.loads(_unb64(parts[1]))
         except ValueError:
             return None
-        if not isinstance(claims, dict) or claims.get("iss") != ISSUER or claims.get("exp", 0) <= time.time():
+        if not isinstance(claims, dict):
+            return None
+        if claims.get("iss") == LEGACY_ISSUER:
+            return claims   # legacy Secret tokens do not expire
+        if claims.get("iss") != ISSUER or claims.get("exp", 0) <= time.time():
             return None
         return claims
+
+    def _signed(self, claims: dict) -> str:
+        signing_input = "%s.%s" % (_b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()),
+                                   _b64(json.dumps(claims, separators=(",", ":")).encode()))
+        signature = hmac.new(self._key, signing_input.encode(), hashlib.sha256).digest()
+        return signing_input + "." + _b64(signature)
+
+    def legacy_token(self, namespace: str, account_name: str, account_uid: str, secret_name: str) -> str:
+        """The token a ``kubernetes.io/service-account-token`` Secret holds (the legacy claims)."""
+        return self._signed({"iss": LEGACY_ISSUER, "sub": "system:serviceaccount:%s:%s" % (namespace, account_name),
+                             LEGACY_CLAIM_PREFIX + "namespace": namespace,
+                             LEGACY_CLAIM_PREFIX + "secret.name": secret_name,
+                             LEGACY_CLAIM_PREFIX + "service-account.name": account_name,
+                             LEGACY_CLAIM_PREFIX + "service-account.uid": account_uid})
+
+    def _legacy_user(self, token: str, claims: dict) -> Optional[User]:
+        """A legacy token is valid while its Secret holds it and its ServiceAccount (same uid) exists."""
+        namespace = claims.get(LEGACY_CLAIM_PREFIX + "namespace")
+        name = claims.get(LEGACY_CLAIM_PREFIX + "service-account.name")
+        uid = claims.get(LEGACY_CLAIM_PREFIX + "service-account.uid")
+        try:
+            secret = self.store.get("secrets", claims.get(LEGACY_CLAIM_PREFIX + "secret.name"), namespace)
+            account = self.store.get("serviceaccounts", name, namespace)
+        except ApiError:
+            return None
+        held = (secret.get("data") or {}).get("token") or ""
+        try:
+            held = base64.b64decode(held).decode()
+        except ValueError:
+            return None
+        if secret["metadata"].get("deletionTimestamp") or not hmac.compare_digest(held, token) or \
+                account["metadata"].get("uid") != uid:
+            return None
+        return service_account_user(namespace, name, uid)
 
     def token_request(self, namespace: str, name: str, body: dict) -> dict:
         """The TokenRequest answer (201) for ServiceAccount ``namespace/name``: a signed token in ``status``."""
@@ -131,16 +179,28 @@ class Authenticator:
                            % (name, json.dumps(expiration_s)))
         audiences = spec.get("audiences") or [ISSUER]
         now = int(time.time())
-        claims = {"iss": ISSUER, "sub": "system:serviceaccount:%s:%s" % (namespace, name), "aud": audiences,
-                  "iat": now, "nbf": now, "exp": now + expiration_s,
-                  "kubernetes.io": {"namespace": namespace,
-                                    "serviceaccount": {"name": name, "uid": account["metadata"]["uid"]}}}
-        signing_input = "%s.%s" % (_b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()),
-                                   _b64(json.dumps(claims, separators=(",", ":")).encode()))
-        signature = hmac.new(self._key, signing_input.encode(), hashlib.sha256).digest()
+        token = self._signed({"iss": ISSUER, "sub": "system:serviceaccount:%s:%s" % (namespace, name),
+                              "aud": audiences, "iat": now, "nbf": now, "exp": now + expiration_s,
+                              "kubernetes.io": {"namespace": namespace,
+                                                "serviceaccount": {"name": name, "uid": account["metadata"]["uid"]}}})
         spec.update(audiences=audiences, expirationSeconds=expiration_s)
         return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
                 "metadata": {"name": name, "namespace": namespace, "creationTimestamp": _timestamp(now)},
                 "spec": spec,
-                "status": {"token": signing_input + "." + _b64(signature),
-                           "expirationTimestamp": _timestamp(now + expiration_s)}}
+                "status": {"token": token, "expirationTimestamp": _timestamp(now + expiration_s)}}
+
+
+def certificate_user(peer_certificate: Optional[dict]) -> Optional[User]:
+    """The user of a verified client certificate (``ssl.getpeercert()``): CN the name, each O a group."""
+    if not peer_certificate:
+        return None
+    names, groups = [], []
+    for relative_name in peer_certificate.get("subject") or ():
+        for key, value in relative_name:
+            if key == "commonName":
+                names.append(value)
+            elif key == "organizationName":
+                groups.append(value)
+    if not names:
+        return None
+    return User(names[0], groups + [AUTHENTICATED_GROUP])

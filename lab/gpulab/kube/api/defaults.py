@@ -1,6 +1,9 @@
 """What the API server's defaulting does to objects at create and update (pod spec, workloads, namespaces,
-PodDisruptionBudgets) and the pod QoS class (kube's GetPodQOS)."""
+PodDisruptionBudgets, Secrets) and the pod QoS class (kube's GetPodQOS)."""
 from __future__ import annotations
+
+import base64
+from typing import Optional
 
 
 def _default_pod_spec(spec: dict) -> None:
@@ -34,7 +37,11 @@ def _default_rolling_update(strategy: dict, rolling_update_defaults: dict) -> No
             rolling_update.setdefault(name, value)
 
 
-def apply_defaults(resource: str, obj: dict) -> None:
+TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+
+
+def apply_defaults(resource: str, obj: dict, current: Optional[dict] = None) -> None:
+    """Defaults of a created object (``current`` None) or of an update of ``current``."""
     metadata = obj["metadata"]
     if resource == "namespaces":
         metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = metadata["name"]
@@ -70,12 +77,40 @@ def apply_defaults(resource: str, obj: dict) -> None:
         _default_rolling_update(spec.setdefault("updateStrategy", {}), {"maxUnavailable": 1, "maxSurge": 0})
         spec.setdefault("revisionHistoryLimit", 10)
         _default_template(obj)
+        _set_template_generation(obj, current)
         obj.setdefault("status", {"currentNumberScheduled": 0, "numberMisscheduled": 0,
                                   "desiredNumberScheduled": 0, "numberReady": 0})
+    elif resource == "secrets":
+        _default_secret(obj)
     elif resource == "poddisruptionbudgets":
         obj.setdefault("spec", {})
         obj.setdefault("status", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
                                   "expectedPods": 0})
+
+
+def _set_template_generation(daemonset: dict, current: Optional[dict]) -> None:
+    """A DaemonSet's ``spec.templateGeneration`` as apps/v1 shows it (the annotation
+    ``deprecated.daemonset.template.generation``): 1 at create, one more at each update that changes the pod
+    template (what ``kubernetes.core.k8s_rollback`` reads beside the ControllerRevisions)."""
+    generation = 1
+    if current is not None:
+        before = (current["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
+        generation = int(before) if (before or "").isdigit() else 1
+        if (daemonset.get("spec") or {}).get("template") != (current.get("spec") or {}).get("template"):
+            generation += 1
+    daemonset["metadata"].setdefault("annotations", {})[TEMPLATE_GENERATION_ANNOTATION] = str(generation)
+
+
+def _default_secret(obj: dict) -> None:
+    """Type ``Opaque`` by default; ``stringData`` is write-only: merged into ``data`` (base64), its keys winning,
+    as the v1 -> internal Secret conversion does."""
+    obj.setdefault("type", "Opaque")
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = obj.get("data") or {}
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        obj["data"] = data
 
 
 def _default_job(obj: dict) -> None:

@@ -1,34 +1,21 @@
-"""Kubelets as the API server sees them: x509 client-certificate authentication (a certificate signed by the twin
-CA: user = its CN, groups = its O values, as kube-apiserver's ``--client-ca-file`` authenticator reads them) and the
-node identity's rights on Node objects, as the Node authorizer and the NodeRestriction admission plugin give them.
+"""Kubelets as the API server sees them (their x509 client certificates are ``authn.certificate_user``'s): the node
+identity's rights on Node objects, as the Node authorizer and the NodeRestriction admission plugin give them.
 
 A node identity (user ``system:node:NAME`` in group ``system:nodes``) may get, patch and update its own Node object
 (and its ``status``); modifying another node is refused with NodeRestriction's 403. Every other request of a node
-identity goes to RBAC, where nothing is bound to it: 403. Kept apart from ``authn.py`` (bearer tokens).
+identity goes to RBAC, where nothing is bound to it: 403.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from .authn import AUTHENTICATED_GROUP, User
+from .authn import User
 from .errors import ApiError
 
 NODES_GROUP = "system:nodes"
 NODE_USER_PREFIX = "system:node:"
 _OWN_NODE_VERBS = ("get", "patch", "update")
 _MODIFY_VERBS = ("patch", "update", "delete")
-
-
-def certificate_user(peer_certificate: Optional[dict]) -> Optional[User]:
-    """The user of a verified client certificate (``ssl.SSLSocket.getpeercert()``); None without one."""
-    if not peer_certificate:
-        return None
-    attributes = [pair for rdn in peer_certificate.get("subject") or () for pair in rdn]
-    names = [value for key, value in attributes if key == "commonName"]
-    if not names or not names[0]:
-        return None
-    groups = [value for key, value in attributes if key == "organizationName"]
-    return User(names[0], groups + [AUTHENTICATED_GROUP])
 
 
 def node_name(user: User) -> Optional[str]:

@@ -39,6 +39,7 @@ RESOURCES: Dict[str, dict] = {
     "roles": _resource("rbac.authorization.k8s.io", "v1", "Role", True),
     "rolebindings": _resource("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
     "runtimeclasses": _resource("node.k8s.io", "v1", "RuntimeClass", False),
+    "networkpolicies": _resource("networking.k8s.io", "v1", "NetworkPolicy", True, ["netpol"]),  # stored only
     # create only, answered by access.py (nothing stored): listed so clients that discover by kind find it
     "selfsubjectaccessreviews": _resource("authorization.k8s.io", "v1", "SelfSubjectAccessReview", False,
                                           verbs=["create"]),

@@ -27,7 +27,6 @@ from .versions import to_served, to_storage
 from .eviction import pod_is_terminal
 from .errors import ApiError
 from .faults import ApiFaults
-from .managedfields import manager_for
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
 from .routes import Route, dry_run_requested, int_param, is_true, parse_resource_path, query_value
 from .store import Store
@@ -88,13 +87,6 @@ class _Handler(BaseHTTPRequestHandler):
             body += self.rfile.read(size)
             self.rfile.readline()
 
-    def _peer_certificate(self) -> Optional[dict]:
-        """The client's verified certificate (a kubelet's), None when it sent none."""
-        try:
-            return self.connection.getpeercert() or None
-        except (AttributeError, ValueError):
-            return None
-
     def _content_type(self, default: str = "") -> str:
         """The request's media type, without parameters (``; charset=utf-8``)."""
         return (self.headers.get("Content-Type") or default).split(";")[0].strip()
@@ -134,8 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 self._read_body()
-            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "",
-                                                      self._peer_certificate())
+            self._user = self.api.access.authenticate(self.headers.get("Authorization") or "", self._peer_certificate(),
+                                                      self.headers)
             if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._injected_fault(split.path, split.query)
@@ -152,6 +144,12 @@ class _Handler(BaseHTTPRequestHandler):
                 recorder.record_request(self.command, split.path, split.query, self._code,
                                         self._user.name if self._user else None, self.headers.get("User-Agent"),
                                         (time.monotonic() - started) * 1000.0, self._verb)
+
+    def _peer_certificate(self) -> Optional[dict]:
+        try:
+            return self.connection.getpeercert() or None
+        except (AttributeError, ValueError, ssl.SSLError):
+            return None
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
@@ -267,8 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._verb = "create"
             created = store.create(route.resource, to_storage(route.resource, self._json_body(), route.version),
                                    route.namespace, dry_run=dry_run_requested(query),
-                                   field_validation=query_value(query, "fieldValidation"),
-                                   field_manager=self._field_manager(query))
+                                   field_validation=query_value(query, "fieldValidation"))
             self._send_json(201, self._served(route, created))
         elif self.command == "DELETE":
             self._verb = "deletecollection"
@@ -422,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
             body.setdefault("metadata", {})["name"] = route.name
             self._send_json(200, self._served(route, store.update(
                 route.resource, body, route.namespace, route.subresource, dry_run=dry_run,
-                field_validation=query_value(query, "fieldValidation"), field_manager=self._field_manager(query))))
+                field_validation=query_value(query, "fieldValidation"))))
         elif self.command == "PATCH":
             self._verb = "patch"
             content_type = self._content_type()
@@ -430,8 +427,7 @@ class _Handler(BaseHTTPRequestHandler):
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
                                  route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")),
-                                 field_validation=query_value(query, "fieldValidation"),
-                                 field_manager=self._field_manager(query))
+                                 field_validation=query_value(query, "fieldValidation"))
             self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200,
                             self._served(route, result))
         elif self.command == "DELETE":
@@ -445,10 +441,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, self._served(route, deleted))
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-
-    def _field_manager(self, query: Dict[str, List[str]]) -> str:
-        """Who the write's managedFields entry names (managedfields.py)."""
-        return manager_for(query_value(query, "fieldManager"), self.headers.get("User-Agent"))
 
     @staticmethod
     def _served(route: Route, obj: dict) -> dict:
@@ -641,8 +633,7 @@ class ApiServer:
         cert_path, key_path = tls.issue_server_certificate(self.ca_dir, ip_addresses=tuple(dict.fromkeys(ips)),
                                                            dns_names=tuple(dict.fromkeys(names)))
         self.ca_pem = tls.read_pem(tls.ensure_ca(self.ca_dir)[0])
-        self._context = tls.server_ssl_context(cert_path, key_path)
-        tls.accept_client_certificates(self._context, tls.ensure_ca(self.ca_dir)[0])   # kubelets: nodeauth.py
+        self._context = tls.server_ssl_context(cert_path, key_path, client_ca_path=tls.ensure_ca(self.ca_dir)[0])
         self._listen()
         return self
 

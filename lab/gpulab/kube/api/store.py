@@ -47,6 +47,7 @@ _STATUS_CLEARED_ON_CREATE = {"deployments", "replicasets", "daemonsets", "statef
                              "poddisruptionbudgets"}
 # Owner-reference garbage collection only looks here for dependents.
 _DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs")
+FOREGROUND_FINALIZER = "foregroundDeletion"
 
 class Store:
     """Thread-safe object store with the semantics of the Kubernetes generic registry."""
@@ -357,7 +358,7 @@ class Store:
                 new["status"] = copy.deepcopy(current["status"])
             else:
                 new.pop("status", None)
-        apply_defaults(resource, new)
+        apply_defaults(resource, new, current)
         self._admit_write(resource, info, new, field_validation)
         if (resource in _GENERATION_RESOURCES or info.get("custom")) and _spec_of(new) != _spec_of(current):
             metadata["generation"] = current["metadata"].get("generation", 1) + 1
@@ -426,6 +427,9 @@ class Store:
             check_preconditions(resource, name, current.obj, preconditions)
             if resource == "namespaces":
                 return self._delete_namespace(current, dry_run)
+            if propagation_policy == "Foreground" and resource != "pods" and \
+                    not current.obj["metadata"].get("deletionTimestamp"):
+                return self._delete_in_foreground(resource, current, dry_run)
             if resource == "pods":
                 graceful = self._graceful_pod_delete(current, grace_period_seconds, dry_run)
                 if graceful is not None:
@@ -439,6 +443,7 @@ class Store:
                 self._orphan_dependents(current.obj)
             else:
                 self._collect_dependents(current.obj)
+            self._release_foreground_owners(current.obj)
             if resource == "serviceaccounts" and name == "default":
                 self._ensure_default_service_account(namespace or "")
             return gone.copy()
@@ -516,6 +521,60 @@ class Store:
             else:
                 new["metadata"].pop("ownerReferences", None)
             self._commit(resource, "MODIFIED", new, entry)
+
+    def _delete_in_foreground(self, resource: str, current: Entry, dry_run: bool) -> dict:
+        """``propagationPolicy: Foreground``: the owner stays, terminating with the ``foregroundDeletion``
+        finalizer, while the garbage collector deletes its dependents (those that have dependents of their own in
+        the foreground too); it goes when no dependent with ``blockOwnerDeletion`` is left."""
+        new = copy.deepcopy(current.obj)
+        metadata = new["metadata"]
+        metadata["deletionTimestamp"] = now_rfc3339()
+        metadata["deletionGracePeriodSeconds"] = 0
+        metadata["finalizers"] = [f for f in metadata.get("finalizers") or [] if f != FOREGROUND_FINALIZER] + \
+            [FOREGROUND_FINALIZER]
+        if dry_run:
+            return new
+        marked = self._commit(resource, "MODIFIED", new, current).copy()
+        for dependent_resource, key, _entry, _references in self._dependents(new):
+            if key in self._objects[dependent_resource]:
+                self.delete(dependent_resource, key[1], key[0] or None, propagation_policy="Foreground")
+        return self._finish_foreground_deletion(resource, new) or marked
+
+    def _finish_foreground_deletion(self, resource: str, owner: dict) -> Optional[dict]:
+        """Remove the ``foregroundDeletion`` finalizer of a terminating ``owner`` whose blocking dependents are
+        all gone (the owner goes with it when no other finalizer is left, and its other dependents are then
+        collected in the background); None while some are left."""
+        metadata = owner["metadata"]
+        current = self._objects[resource].get(self._key(resource, metadata["name"], metadata.get("namespace")))
+        if current is None or current.obj["metadata"].get("uid") != metadata.get("uid") or \
+                FOREGROUND_FINALIZER not in (current.obj["metadata"].get("finalizers") or []):
+            return None
+        uid = metadata["uid"]
+        if any(reference.get("uid") == uid and reference.get("blockOwnerDeletion")
+               for _resource, _key, _entry, references in self._dependents(current.obj) for reference in references):
+            return None
+        new = copy.deepcopy(current.obj)
+        finalizers = [f for f in new["metadata"]["finalizers"] if f != FOREGROUND_FINALIZER]
+        if finalizers:
+            new["metadata"]["finalizers"] = finalizers
+            return self._commit(resource, "MODIFIED", new, current).copy()
+        new["metadata"].pop("finalizers")
+        gone = self._commit(resource, "DELETED", new, current).copy()
+        self._collect_dependents(new)
+        self._release_foreground_owners(new)
+        return gone
+
+    def _release_foreground_owners(self, dependent: dict) -> None:
+        """A deleted ``dependent``: each owner of it deleting in the foreground may now go."""
+        namespace = dependent["metadata"].get("namespace")
+        for reference in dependent["metadata"].get("ownerReferences") or []:
+            resource = _resource_of_kind(reference.get("apiVersion") or "", reference.get("kind") or "")
+            if resource is None:
+                continue
+            entry = self._objects[resource].get(self._key(resource, reference.get("name") or "",
+                                                          namespace if RESOURCES[resource]["namespaced"] else None))
+            if entry is not None and entry.obj["metadata"].get("uid") == reference.get("uid"):
+                self._finish_foreground_deletion(resource, entry.obj)
 
     # ------------------------------------------------------------ pods: binding and eviction
 
@@ -640,6 +699,15 @@ def _with_type_first(info: dict, obj: dict) -> dict:
     typed = {"apiVersion": info["apiVersion"], "kind": info["kind"]}
     typed.update((key, value) for key, value in obj.items() if key not in ("apiVersion", "kind"))
     return typed
+
+
+def _resource_of_kind(api_version: str, kind: str) -> Optional[str]:
+    """The built-in resource of an ownerReference's apiVersion and kind (None for others)."""
+    group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+    for resource, info in RESOURCES.items():
+        if info.get("kind") == kind and info.get("group") == group:
+            return resource
+    return None
 
 
 def _spec_of(obj: dict) -> dict:

@@ -6,7 +6,7 @@ import os
 import secrets
 import ssl
 import subprocess
-from typing import List, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 _CA_SUBJECT = "/CN=gpulab-kube-ca"
 _VALID_DAYS = "3650"
@@ -58,18 +58,16 @@ def issue_server_certificate(ca_dir: str, ip_addresses=("127.0.0.1",), dns_names
     return cert_path, key_path
 
 
-def issue_client_certificate(ca_dir: str, stem: str, common_name: str, organizations=()) -> Tuple[str, str]:
-    """Issue ``clients/<stem>.crt``/``.key`` in ``ca_dir``, a client certificate signed by the twin CA whose
-    subject is what the API server's x509 authentication reads (CN = user, O = groups), as kubeadm's kubelet
-    client certificate (``CN=system:node:NAME, O=system:nodes``); reissued each call; returns their paths."""
+def issue_client_certificate(ca_dir: str, user: str, groups: Sequence[str] = (),
+                             name: str = "client") -> Tuple[str, str]:
+    """Issue ``<name>.crt``/``<name>.key`` in ``ca_dir``, signed by the twin CA, for ``user`` (CN) in ``groups``
+    (O), as kubeadm's ``admin.conf`` certificate (``CN=kubernetes-admin``); returns their paths."""
     ca_cert, ca_key = ensure_ca(ca_dir)
-    directory = os.path.join(ca_dir, "clients")
-    os.makedirs(directory, exist_ok=True)
-    cert_path, key_path = os.path.join(directory, stem + ".crt"), os.path.join(directory, stem + ".key")
-    csr_path, ext_path = os.path.join(directory, stem + ".csr"), os.path.join(directory, stem + ".ext")
+    cert_path, key_path = os.path.join(ca_dir, name + ".crt"), os.path.join(ca_dir, name + ".key")
+    csr_path, ext_path = os.path.join(ca_dir, name + ".csr"), os.path.join(ca_dir, name + ".ext")
+    subject = "".join("/O=%s" % group for group in groups) + "/CN=%s" % user
     with open(ext_path, "w", encoding="utf-8") as handle:
         handle.write("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=CA:FALSE\n")
-    subject = "".join("/O=%s" % organization for organization in organizations) + "/CN=%s" % common_name
     try:
         _openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                   "-keyout", key_path, "-out", csr_path, "-subj", subject])
@@ -83,22 +81,20 @@ def issue_client_certificate(ca_dir: str, stem: str, common_name: str, organizat
     return cert_path, key_path
 
 
-def accept_client_certificates(context: ssl.SSLContext, ca_path: str) -> None:
-    """Ask clients for a certificate signed by the twin CA (optional: token clients send none, as with
-    kube-apiserver's ``--client-ca-file``)."""
-    context.load_verify_locations(cafile=ca_path)
-    context.verify_mode = ssl.CERT_OPTIONAL
-
-
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def server_ssl_context(cert_path: str, key_path: str) -> ssl.SSLContext:
-    """TLS 1.2+ server context offering only HTTP/1.1 over ALPN (kubectl then skips HTTP/2)."""
+def server_ssl_context(cert_path: str, key_path: str, client_ca_path: Optional[str] = None) -> ssl.SSLContext:
+    """TLS 1.2+ server context offering only HTTP/1.1 over ALPN (kubectl then skips HTTP/2); with
+    ``client_ca_path``, a client certificate signed by that CA is asked for (optional, as kube-apiserver's
+    ``--client-ca-file``)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_path, key_path)
+    if client_ca_path:
+        context.load_verify_locations(client_ca_path)
+        context.verify_mode = ssl.CERT_OPTIONAL
     context.set_alpn_protocols(["http/1.1"])
     return context
 

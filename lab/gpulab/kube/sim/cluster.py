@@ -49,6 +49,7 @@ from .driver_upgrade_controller import DriverUpgradeController
 from .kubelet import Kubelet, KubeletConfig
 from .pods import PodLogs
 from .rootca import RootCaPublisher
+from .tokens import TokensController
 
 OperatorConfig = operator.OperatorConfig    # for the daemon, which imports only this module
 KUBECONFIG_FILE = "kubeconfig"
@@ -62,7 +63,7 @@ class KubeCluster:
     def __init__(self, state_dir: str, node_views, api_only: int = 0, mig_strategy: str = "single",
                  dra: bool = False, heartbeat_s: float = 10.0, tick_s: float = 0.5, host: str = "127.0.0.1",
                  port: int = 0, crash_backoff_s: float = 10.0, container_start_s: float = 1.0, record: bool = True,
-                 job_backoff_s: float = 10.0, gpu_operator=None):
+                 job_backoff_s: float = 10.0, gpu_operator=None, container_pid1_signals: bool = False):
         if mig_strategy not in ("single", "mixed"):
             raise ValueError("mig_strategy must be 'single' or 'mixed', not %r" % (mig_strategy,))
         self.state_dir = state_dir
@@ -78,7 +79,8 @@ class KubeCluster:
             crash_backoff_s *= gpu_operator.time_scale
         self.config = KubeletConfig(heartbeat_s=heartbeat_s, mig_strategy=mig_strategy, dra=dra,
                                     crash_backoff_s=crash_backoff_s, container_start_s=container_start_s,
-                                    operator_labels=gpu_operator is not None)
+                                    operator_labels=gpu_operator is not None,
+                                    container_pid1_signals=container_pid1_signals)
         if gpu_operator is not None:
             self.config.max_crash_backoff_s *= gpu_operator.time_scale
         os.makedirs(state_dir, exist_ok=True)
@@ -128,6 +130,8 @@ class KubeCluster:
         self.server.start()
         RootCaPublisher(self.store, self.server.ca_pem).start()    # kube-root-ca.crt in every namespace
         write_kubeconfig(self.kubeconfig_path, self.server.url, self.server.ca_pem, token)
+        self.manager.addons.append(TokensController(self.store, self.server.access.authenticator.legacy_token,
+                                                    self.server.ca_pem))
 
     def stop(self) -> None:
         if self.server is not None:

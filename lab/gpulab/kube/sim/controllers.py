@@ -32,6 +32,10 @@ from .workloads import (DAEMONSET_TOLERATIONS, DEFAULT_POD_TOLERATIONS, daemon_p
                         status_differs, wanted_node_taints)
 
 
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+REVISION_HISTORY_ANNOTATION = "deployment.kubernetes.io/revision-history"
+
+
 class ControllerManager:
     """Runs every controller, the scheduler and the kubelets' sync on one thread."""
 
@@ -221,6 +225,8 @@ class ControllerManager:
             new_rs = self._create_replicaset(deployment, pod_hash, old_sets)
             if new_rs is None:
                 return
+        else:
+            new_rs = self._renumber_replicaset(new_rs, old_sets) or new_rs
         asked = {}
         for rs, replicas in rollout_targets(spec, desired, new_rs, old_sets):
             asked[meta(rs).get("uid")] = replicas
@@ -260,6 +266,22 @@ class ControllerManager:
             return False
         deadline_s = int((deployment.get("spec") or {}).get("progressDeadlineSeconds", 600))
         return now - last[1] > deadline_s
+
+    def _renumber_replicaset(self, new_rs: dict, old_sets: list):
+        """A template seen before (a rollback, `kubectl rollout undo`) makes its old ReplicaSet the new one again:
+        its revision becomes the highest plus one and the one it had goes to `revision-history`, as the
+        Deployment controller's SetNewReplicaSetAnnotations does."""
+        annotations = meta(new_rs).get("annotations") or {}
+        revision = int(annotations.get(REVISION_ANNOTATION) or 0)
+        newest = max([int(meta(rs).get("annotations", {}).get(REVISION_ANNOTATION, "0") or 0) for rs in old_sets]
+                     + [0])
+        if revision > newest:
+            return None
+        history = [entry for entry in (annotations.get(REVISION_HISTORY_ANNOTATION) or "").split(",") if entry]
+        if revision:
+            history.append(str(revision))
+        return self.patch("replicasets", new_rs, {"metadata": {"annotations": {
+            REVISION_ANNOTATION: str(newest + 1), REVISION_HISTORY_ANNOTATION: ",".join(history)}}})
 
     def _create_replicaset(self, deployment: dict, pod_hash: str, old_sets: list):
         spec = deployment["spec"]
@@ -409,6 +431,7 @@ class ControllerManager:
                 "apiVersion": "apps/v1", "kind": "ControllerRevision",
                 "metadata": {"name": name, "namespace": meta(daemonset).get("namespace"),
                              "labels": dict(selector_labels, **{"controller-revision-hash": revision}),
+                             "annotations": dict(meta(daemonset).get("annotations") or {}),
                              "ownerReferences": [owner_reference(daemonset)]},
                 "data": {"spec": {"template": dict(copy.deepcopy(template), **{"$patch": "replace"})}},
                 "revision": newest + 1}, namespace=meta(daemonset).get("namespace"))

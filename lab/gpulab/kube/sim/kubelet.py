@@ -39,7 +39,7 @@ class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
                  resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0,
-                 max_processes: int = 64, operator_labels: bool = False):
+                 max_processes: int = 64, operator_labels: bool = False, container_pid1_signals: bool = False):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -50,6 +50,7 @@ class KubeletConfig:
         self.container_start_s = container_start_s
         self.max_processes = max_processes      # container processes per node twin; more wait to start
         self.operator_labels = operator_labels  # GPU Operator mode: `nvidia.com/gpu.present` is the Operator's
+        self.container_pid1_signals = container_pid1_signals   # containers.py: SIGTERM as a PID 1 gets it
 
 
 class _ViewSnapshot:
@@ -94,7 +95,8 @@ class Kubelet:
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
         self._runtime = {}               # pod uid -> container runtime state
         self._jobs = {}                  # pod uid -> Future of a nvidia-smi run
-        self.processes = ContainerProcesses(view, logs, client.informer.changed.set, config.max_processes)
+        self.processes = ContainerProcesses(view, logs, client.informer.changed.set, config.max_processes,
+                                            config.container_pid1_signals)
         self._slice_generation = 0
         self._published_slice = None
         self.operator_pods = OperatorPods(self)
