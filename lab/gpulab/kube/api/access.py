@@ -1,6 +1,6 @@
 """The API server's access control in one place (what ``server.py`` calls): authentication (``authn.py``: a
 bearer token, else a client certificate), impersonation (``impersonation.py``), RBAC authorization
-(``rbac.py``) of every resource request, and the two requests that are about access itself (TokenRequest,
+(``rbac.py``, after the node rule of ``nodeauth.py``) of every resource request, and the two requests that are about access itself (TokenRequest,
 SelfSubjectAccessReview)."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional
 
 from .authn import Authenticator, User, certificate_user
 from .impersonation import impersonated
+from .nodeauth import authorize_node
 from .rbac import SELF_SUBJECT_ACCESS_REVIEW_PATH, Authorizer, request_attributes
 from .routes import parse_resource_path
 

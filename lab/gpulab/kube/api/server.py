@@ -27,6 +27,7 @@ from .versions import to_served, to_storage
 from .eviction import pod_is_terminal
 from .errors import ApiError
 from .faults import ApiFaults
+from .managedfields import manager_for
 from .patch import APPLY_PATCH, MERGE_PATCH, apply_patch_document, check_patch_type, decode_patch
 from .routes import Route, dry_run_requested, int_param, is_true, parse_resource_path, query_value
 from .store import Store
@@ -146,6 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
                                         (time.monotonic() - started) * 1000.0, self._verb)
 
     def _peer_certificate(self) -> Optional[dict]:
+        """The client's verified certificate (an admin's or a kubelet's), None when it sent none."""
         try:
             return self.connection.getpeercert() or None
         except (AttributeError, ValueError, ssl.SSLError):
@@ -265,7 +267,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._verb = "create"
             created = store.create(route.resource, to_storage(route.resource, self._json_body(), route.version),
                                    route.namespace, dry_run=dry_run_requested(query),
-                                   field_validation=query_value(query, "fieldValidation"))
+                                   field_validation=query_value(query, "fieldValidation"),
+                                   field_manager=self._field_manager(query))
             self._send_json(201, self._served(route, created))
         elif self.command == "DELETE":
             self._verb = "deletecollection"
@@ -419,7 +422,7 @@ class _Handler(BaseHTTPRequestHandler):
             body.setdefault("metadata", {})["name"] = route.name
             self._send_json(200, self._served(route, store.update(
                 route.resource, body, route.namespace, route.subresource, dry_run=dry_run,
-                field_validation=query_value(query, "fieldValidation"))))
+                field_validation=query_value(query, "fieldValidation"), field_manager=self._field_manager(query))))
         elif self.command == "PATCH":
             self._verb = "patch"
             content_type = self._content_type()
@@ -427,7 +430,8 @@ class _Handler(BaseHTTPRequestHandler):
             created_before = content_type == APPLY_PATCH and self._exists(route)
             result = store.patch(route.resource, route.name, self._read_body(), content_type, route.namespace,
                                  route.subresource, dry_run=dry_run, force=is_true(query_value(query, "force")),
-                                 field_validation=query_value(query, "fieldValidation"))
+                                 field_validation=query_value(query, "fieldValidation"),
+                                 field_manager=self._field_manager(query))
             self._send_json(201 if content_type == APPLY_PATCH and not created_before else 200,
                             self._served(route, result))
         elif self.command == "DELETE":
@@ -441,6 +445,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(202 if deleted["metadata"].get("deletionTimestamp") else 200, self._served(route, deleted))
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _field_manager(self, query: Dict[str, List[str]]) -> str:
+        """Who the write's managedFields entry names (managedfields.py)."""
+        return manager_for(query_value(query, "fieldManager"), self.headers.get("User-Agent"))
 
     @staticmethod
     def _served(route: Route, obj: dict) -> dict:
