@@ -106,3 +106,27 @@ def test_daemonset_template_generation_follows_template_changes_and_rolls_back(c
     rolled = store.patch("daemonsets", "agent", first["data"], STRATEGIC_MERGE_PATCH, "default")
     assert rolled["metadata"]["annotations"][TEMPLATE_GENERATION] == "3"
     assert rolled["spec"]["template"]["spec"]["containers"][0]["image"] == "agent:1"
+
+
+def test_a_paused_deployment_says_so_and_does_not_roll_out_a_changed_template(cluster):
+    """The controller's checkPausedConditions: Progressing Unknown, reason DeploymentPaused (what kubernetes.core's
+    k8s_waiter waits for); no new ReplicaSet while paused; resumed, it rolls out."""
+    store = cluster.store
+    store.create("deployments", {"metadata": {"name": "web", "namespace": "default"},
+                                 "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                                          "template": template("nginx:1.17")}})
+    wait_for(lambda: deployment_revision(store) == "1", what="revision 1")
+    store.patch("deployments", "web", {"spec": {"paused": True, "template": template("nginx:1.18")}},
+                "application/merge-patch+json", "default")
+
+    def progressing():
+        conditions = (store.get("deployments", "web", "default").get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Progressing"), {})
+    condition = wait_for(lambda: progressing().get("reason") == "DeploymentPaused" and progressing(),
+                         what="Progressing DeploymentPaused")
+    assert condition["status"] == "Unknown" and condition["message"] == "Deployment is paused"
+    time.sleep(0.5)
+    assert list(revisions(store)) == ["nginx:1.17"]
+    store.patch("deployments", "web", {"spec": {"paused": False}}, "application/merge-patch+json", "default")
+    wait_for(lambda: deployment_revision(store) == "2" and progressing().get("status") == "True",
+             what="resumed: the new template rolled out")

@@ -221,14 +221,20 @@ class ControllerManager:
         pod_hash = template_hash(spec.get("template") or {})
         new_rs = next((rs for rs in owned if meta(rs).get("labels", {}).get("pod-template-hash") == pod_hash), None)
         old_sets = [rs for rs in owned if rs is not new_rs]
-        if new_rs is None:
+        paused = bool(spec.get("paused"))
+        if new_rs is None and paused and old_sets:
+            # a paused Deployment rolls out no changed template: its status reads the ReplicaSets it has
+            new_rs = max(old_sets, key=lambda rs: int(meta(rs).get("annotations", {}).get(
+                "deployment.kubernetes.io/revision", "0") or 0))
+            old_sets = [rs for rs in old_sets if rs is not new_rs]
+        elif new_rs is None:
             new_rs = self._create_replicaset(deployment, pod_hash, old_sets)
             if new_rs is None:
                 return
         else:
             new_rs = self._renumber_replicaset(new_rs, old_sets) or new_rs
-        asked = {}
-        for rs, replicas in rollout_targets(spec, desired, new_rs, old_sets):
+        asked = {meta(rs).get("uid"): int((rs.get("spec") or {}).get("replicas", 0)) for rs in [new_rs] + old_sets}
+        for rs, replicas in [] if paused else rollout_targets(spec, desired, new_rs, old_sets):
             asked[meta(rs).get("uid")] = replicas
             if int((rs.get("spec") or {}).get("replicas", 0)) != replicas:
                 self.patch("replicasets", rs, {"spec": {"replicas": replicas}})
@@ -255,7 +261,7 @@ class ControllerManager:
         spec.progressDeadlineSeconds, which makes `kubectl rollout status` fail as upstream."""
         progressing = status["conditions"][1]
         uid = meta(deployment).get("uid")
-        if progressing["reason"] == "NewReplicaSetAvailable":
+        if progressing["reason"] in ("NewReplicaSetAvailable", "DeploymentPaused"):   # no deadline while paused
             self._rollout_progress.pop(uid, None)
             return False
         counts = (meta(new_rs).get("name"), status["replicas"], status["updatedReplicas"], status["readyReplicas"],

@@ -129,6 +129,9 @@ def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: i
                    "MinimumReplicasAvailable" if minimum_available else "MinimumReplicasUnavailable",
                    "Deployment has minimum availability." if minimum_available
                    else "Deployment does not have minimum availability.", now),
+        # a paused Deployment says so in Progressing (status Unknown), as the controller's checkPausedConditions
+        deployment_condition(previous, "Progressing", "Unknown", "DeploymentPaused", "Deployment is paused", now)
+        if (deployment.get("spec") or {}).get("paused") else
         deployment_condition(previous, "Progressing", True,
                    "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
                    ('ReplicaSet "%s" has successfully progressed.' if complete else 'ReplicaSet "%s" is progressing.')
@@ -143,9 +146,10 @@ def deployment_status(deployment: dict, new_rs: dict, old_sets: list, desired: i
             "unavailableReplicas": max(0, wanted - available) or None, "conditions": conditions}
 
 
-def deployment_condition(previous: dict, condition_type: str, ok: bool, reason: str, message: str,
+def deployment_condition(previous: dict, condition_type: str, ok, reason: str, message: str,
                          now: str) -> dict:
-    status = "True" if ok else "False"
+    """``ok``: True/False, or a condition status as is ("Unknown")."""
+    status = ok if isinstance(ok, str) else ("True" if ok else "False")
     old = previous.get(condition_type) or {}
     if old.get("status") == status and old.get("reason") == reason and old.get("message") == message:
         return old
