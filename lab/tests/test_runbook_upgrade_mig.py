@@ -6,10 +6,16 @@ upgrades 595 -> 615 (the branch changes: a major upgrade) in 2-node batches. The
 each reboot and keeps MIG mode, as a GPU does; the runbook reads each layout before, re-creates it after the
 reboot and waits for the layout's `nvidia.com/mig-*` resources. gpu-node-04 has the twin's `mig-create-fail`
 (`nvidia-smi mig -cgi` answers NVML's Unknown Error): it ends cordoned, its record naming the GPU and the error.
+
+A run killed while a MIG node reboots (two nodes of their own, the same layout) is resumed: the node came back
+without its MIG instances, and the resumed run re-creates the layout from the node's record (`mig_layout`, written
+before the drain), so the node is given back with its MIG resources, after one boot.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -35,6 +41,12 @@ def make_layout(lab, node: str) -> None:
         commands += ["nvidia-smi -i %d -mig 1" % index, "nvidia-smi -i %d -r" % index,
                      "nvidia-smi mig -i %d -cgi %s -C" % (index, ",".join(profiles))]
     lab.ssh(node, " && ".join(commands), timeout=60)
+
+
+def mig_listing(lab, node: str) -> list:
+    """The profiles of the node's MIG devices as `nvidia-smi -L` lists them, sorted."""
+    listing = lab.ssh(node, "nvidia-smi -L").stdout
+    return sorted(line.split()[1] for line in listing.splitlines() if line.strip().startswith("MIG"))
 
 
 def mig_resources(node: dict) -> dict:
@@ -73,6 +85,59 @@ def fleet(needs_root, tmp_path_factory):
         shutil.rmtree(tmp_path_factory.getbasetemp() / "mig-fleet0", ignore_errors=True)
 
 
+@pytest.fixture()
+def resume_fleet(needs_root, tmp_path):
+    """Two MIG nodes of their own (the layout above), for a run killed mid-way; set up and gone before `fleet`."""
+    lab = start_lab(str(tmp_path / "state"), "--nodes", "2", "--driver", OLD, "--runfile", OLD, "--boot-delay", "0.5",
+                    "--mig-strategy", "mixed")
+    fleet = Fleet(lab, tmp_path)
+    try:
+        for name in NODES[:2]:
+            make_layout(lab, name)
+        fleet.module("device_plugin_restart", {"nodes": NODES[:2]})
+        assert wait_for(lambda: all(mig_resources(node) == RESOURCES for node in fleet.nodes().values())), \
+            {name: mig_resources(node) for name, node in fleet.nodes().items()}
+        yield fleet
+    finally:
+        stop_lab(lab)
+
+
+def test_a_run_killed_during_a_mig_nodes_reboot_recreates_the_layout_from_the_record(resume_fleet):
+    fleet, canary = resume_fleet, NODES[0]
+    # the canary stays down for 5 s (boot delay x 10): the run is killed while it reboots, before any re-create
+    fleet.lab.gpulab("fault", canary, "slow-boot")
+    since = time.time()
+    process = fleet.run(background=True, gpuops_confirm="gpulab", gpuops_run_id="mig-resume")
+    try:
+        deadline = time.monotonic() + 600
+        while not fleet.lab.events(node=canary, kind="down", since=since):
+            assert process.poll() is None, process.stdout.read()[-4000:]
+            assert time.monotonic() < deadline, "the canary never rebooted"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    fleet.lab.wait_status(canary, "up", timeout_s=120)
+    fleet.lab.gpulab("clear", canary, "slow-boot")
+    record = fleet.record(fleet.nodes()[canary])
+    assert record["state"] == "rebooting", record
+    # the kubelet reports the new boot: the resume verifies the node, it does not reboot it again
+    assert wait_for(lambda: fleet.nodes()[canary]["status"]["nodeInfo"]["bootID"] != record["boot_id_before"])
+    assert [(gpu["index"], gpu["profiles"]) for gpu in record["mig_layout"]] == sorted(LAYOUT.items()), record
+    # the reboot dropped the instances (MIG mode stays): reading the node again finds no layout
+    assert mig_listing(fleet.lab, canary) == []
+
+    _rc, output = fleet.run(gpuops_confirm="gpulab", gpuops_run_id="mig-resume")
+    assert "(resume: verify)" in output, output[-4000:]
+    assert fleet.boots(since) == {name: 1 for name in NODES[:2]}, output[-4000:]
+    for name, node in fleet.nodes().items():
+        assert fleet.record(node)["state"] == "done", (name, fleet.record(node))
+        assert node["metadata"]["labels"].get(DRIVER_LABEL) == NEW, name
+        assert not node["spec"].get("unschedulable"), (name, output[-4000:])
+        assert mig_resources(node) == RESOURCES, (name, mig_resources(node))
+        assert mig_listing(fleet.lab, name) == sorted(LAYOUT[0] + LAYOUT[1]), name
+
+
 def test_a_major_upgrade_keeps_the_mig_layouts_and_fails_the_node_whose_layout_cannot_be_recreated(fleet):
     since = time.time()
     rc, output = fleet.run(check=False, gpuops_confirm="gpulab", gpuops_run_id="mig-major",
@@ -88,9 +153,7 @@ def test_a_major_upgrade_keeps_the_mig_layouts_and_fails_the_node_whose_layout_c
         assert fleet.record(node)["state"] == "done", (name, fleet.record(node))
         # the layout is back, and the cluster can schedule on every MIG device of it
         assert mig_resources(node) == RESOURCES, (name, mig_resources(node))
-        listing = fleet.lab.ssh(name, "nvidia-smi -L").stdout
-        assert sorted(line.split()[1] for line in listing.splitlines() if line.strip().startswith("MIG")) == \
-            sorted(LAYOUT[0] + LAYOUT[1]), listing
+        assert mig_listing(fleet.lab, name) == sorted(LAYOUT[0] + LAYOUT[1]), name
     broken = nodes[BROKEN]
     assert broken["spec"].get("unschedulable"), output[-4000:]
     record = fleet.record(broken)

@@ -33,12 +33,27 @@ options:
   to_version:
     description: The driver version of the upgrade.
     type: str
+  recorded:
+    description:
+      - The layout kept in the node's upgrade record (C(mig_layout), as RV(_value.record) gave it before the
+        upgrade). Used only when the GPUs have no MIG device now - a run resumed after the reboot, which dropped
+        them - for the GPUs still in MIG mode (matched by UUID); without it the layout is the one read now.
+    type: list
+    elements: dict
 """
 
 EXAMPLES = r"""
 - name: The node's MIG layout before the upgrade
   ansible.builtin.set_fact:
     gpuops_mig_before: "{{ ansible_facts.nvidia_driver.gpus | gpuops.nvidia.mig_layout('mixed', '550.127.08', '570.86.15') }}"
+
+- name: The layout to re-create on a resumed run, the record's when the reboot dropped the MIG devices
+  ansible.builtin.set_fact:
+    gpuops_mig_before: >-
+      {{ ansible_facts.nvidia_driver.gpus | gpuops.nvidia.mig_layout('mixed', '550.127.08', '570.86.15',
+         recorded=record.mig_layout | default([])) }}
+  vars:
+    record: "{{ node.metadata.annotations['gpuops.nvidia/driver-upgrade'] | from_json }}"
 """
 
 RETURN = r"""
@@ -64,25 +79,37 @@ _value:
     major_change:
       description: The driver branch changes (true when a version is not known); null without both versions.
       type: bool
+    record:
+      description: The layout as the node's upgrade record keeps it (C(mig_layout)) - the GPUs with MIG devices,
+        each C(index), C(uuid), C(profiles).
+      type: list
+      elements: dict
+    from_record:
+      description: The layout is the record's (O(recorded)), the GPUs having no MIG device now.
+      type: bool
 """
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.mig import (
     create_instances_argv,
     expected_resources,
+    layout_to_recreate,
     major_change,
     mig_layout as layout_of,
+    recorded_layout,
 )
 
 
-def mig_layout(gpus, strategy="", from_version=None, to_version=None):
+def mig_layout(gpus, strategy="", from_version=None, to_version=None, recorded=None):
     gpus = list(gpus or [])
-    layout = layout_of(gpus)
+    layout, from_record = layout_to_recreate(layout_of(gpus), recorded)
     return {
         "gpus": layout,
         "instances": sum(len(gpu["profiles"]) for gpu in layout),
         "resources": expected_resources(layout, strategy, len(gpus)),
         "create_argv": [argv for argv in (create_instances_argv(gpu) for gpu in layout) if argv],
         "major_change": major_change(from_version, to_version) if from_version is not None and to_version is not None else None,
+        "record": recorded_layout(layout),
+        "from_record": from_record,
     }
 
 

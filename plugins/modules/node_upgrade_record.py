@@ -12,8 +12,8 @@ version_added: 0.1.0
 description:
   - Writes the C(gpuops.nvidia/driver-upgrade) annotation of a node, the resume point of the
     C(gpuops.nvidia.driver_upgrade) runbook, as compact JSON (C(state), C(from), C(to), C(run_id),
-    C(boot_id_before), C(cordoned_by_us), C(reason), and C(steps), the time the node first entered each state). Fields
-    not given are kept from the record of the same target, so each step says only what changed.
+    C(boot_id_before), C(cordoned_by_us), C(reason), C(mig_layout), and C(steps), the time the node first entered
+    each state). Fields not given are kept from the record of the same target, so each step says only what changed.
   - While the node is in maintenance (states C(planned) to C(verifying)) it is excluded from the auto-remediators
     that would reboot or replace it (medik8s C(remediation.medik8s.io/exclude-from-remediation), Cluster API
     C(cluster.x-k8s.io/skip-remediation)); the values those annotations had before are kept in the record and
@@ -63,6 +63,13 @@ options:
   reason:
     description: Why the node failed or was rolled back.
     type: str
+  mig_layout:
+    description:
+      - The node's MIG layout read before the upgrade (the C(record) of the P(gpuops.nvidia.mig_layout#filter)
+        filter - per GPU with MIG devices its C(index), C(uuid) and C(profiles)). A reboot drops the MIG devices,
+        so a run resumed after it re-creates the layout from the record.
+    type: list
+    elements: dict
   exclude_from_remediation:
     description: Set the remediation exclusions during the maintenance.
     type: bool
@@ -102,6 +109,10 @@ options:
       reason:
         description: As O(reason).
         type: str
+      mig_layout:
+        description: As O(mig_layout).
+        type: list
+        elements: dict
   workers:
     description: With O(records), how many nodes are written at once.
     type: int
@@ -188,7 +199,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.record impor
 
 STATES = ["planned", "draining", "installing", "rebooting", "verifying", "done", "failed", "rolled-back", "absent"]
 FIELDS = (("from", "from_version"), ("to", "to_version"), ("run_id", "run_id"), ("boot_id_before", "boot_id_before"),
-          ("cordoned_by_us", "cordoned_by_us"), ("reason", "reason"))
+          ("cordoned_by_us", "cordoned_by_us"), ("reason", "reason"), ("mig_layout", "mig_layout"))
 
 
 def record_fields(record, defaults):
@@ -237,6 +248,7 @@ def main():
         boot_id_before=dict(type="str"),
         cordoned_by_us=dict(type="bool"),
         reason=dict(type="str"),
+        mig_layout=dict(type="list", elements="dict"),
     )
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
@@ -248,6 +260,7 @@ def main():
         boot_id_before=dict(type="str"),
         cordoned_by_us=dict(type="bool"),
         reason=dict(type="str"),
+        mig_layout=dict(type="list", elements="dict"),
         exclude_from_remediation=dict(type="bool", default=True),
         records=dict(type="list", elements="dict", options=record_spec),
         workers=dict(type="int", default=8),
@@ -267,7 +280,8 @@ def main():
         write_batch(module, nodes)
     fields = {"state": params["state"], "from": params["from_version"], "to": params["to_version"],
               "run_id": params["run_id"], "boot_id_before": params["boot_id_before"],
-              "cordoned_by_us": params["cordoned_by_us"], "reason": params["reason"]}
+              "cordoned_by_us": params["cordoned_by_us"], "reason": params["reason"],
+              "mig_layout": params["mig_layout"]}
     try:
         written = write_record(nodes, params["name"], fields, params["exclude_from_remediation"], module.check_mode,
                                is_conflict=lambda error: status_of(error)[0] == 409)

@@ -8,7 +8,9 @@ MIG mode survives a reboot, the GPU and compute instances do not: the driver upg
 (``mig_layout``), re-creates it after the reboot (``create_instances_argv``: ``nvidia-smi mig -i N -cgi P,P -C``)
 unless the MIG Manager does (its ``nvidia.com/mig.config`` label), and waits for the extended resources the
 device plugin must then advertise (``expected_resources``: per profile with the mixed strategy, MIG devices as
-``nvidia.com/gpu`` with the single strategy).
+``nvidia.com/gpu`` with the single strategy). The layout read before is kept in the node's upgrade record
+(``recorded_layout``), so a run resumed after the reboot - which dropped the instances - re-creates it from there
+(``layout_to_recreate``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,38 @@ def mig_layout(gpus):
         layout.append({"index": gpu.get("index"), "uuid": gpu.get("uuid"),
                        "profiles": [device.get("profile") for device in devices if device.get("profile")]})
     return layout
+
+
+def recorded_layout(layout):
+    """The layout as the node's upgrade record keeps it: only the GPUs with MIG devices,
+    ``[{"index", "uuid", "profiles"}]``."""
+    return [{"index": gpu.get("index"), "uuid": gpu.get("uuid"), "profiles": list(gpu["profiles"])}
+            for gpu in layout or [] if gpu.get("profiles")]
+
+
+def layout_to_recreate(layout, recorded):
+    """``(layout, from_record)``: the layout read now when it has MIG devices (``from_record`` False); else, for a
+    run resumed after the reboot dropped them, the record's layout (``recorded``, as ``recorded_layout`` wrote it)
+    on the GPUs still in MIG mode now - matched by UUID (by index where either has none) and given the index the
+    GPU has now - with ``from_record`` True when that layout has MIG devices. Without a recorded layout (a record
+    of an older run) the layout read now, as it is."""
+    if any(gpu.get("profiles") for gpu in layout or []):
+        return layout, False
+    by_uuid = dict((gpu.get("uuid"), gpu) for gpu in layout or [] if gpu.get("uuid"))
+    by_index = dict((gpu.get("index"), gpu) for gpu in layout or [])
+    restored = []
+    for kept in recorded or []:
+        if not isinstance(kept, dict) or not kept.get("profiles"):
+            continue
+        now = by_uuid.get(kept.get("uuid")) if kept.get("uuid") and by_uuid else by_index.get(kept.get("index"))
+        if now is not None:
+            restored.append({"index": now.get("index"), "uuid": now.get("uuid"),
+                             "profiles": [str(profile) for profile in kept["profiles"]]})
+    if not restored:
+        return layout, False
+    chosen = set(gpu["index"] for gpu in restored)
+    others = [gpu for gpu in layout if gpu.get("index") not in chosen]
+    return sorted(restored + others, key=lambda gpu: gpu.get("index") or 0), True
 
 
 def expected_resources(layout, strategy, gpu_count=None):

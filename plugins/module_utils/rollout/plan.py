@@ -544,7 +544,10 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         node = by_name.get(name, {"metadata": {"name": name}})
         current = loaded_versions.get(name) or gfd_driver_version(node)
         record = parse_record(node)
-        action = resume_action(record, target_version, current, retry_failed=retry_failed)
+        # the boot ID the kubelet reports tells a node rebooted since its record (verify, never reboot again) from
+        # one whose reboot never happened
+        boot_id = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+        action = resume_action(record, target_version, current, boot_id, retry_failed=retry_failed)
         per_node[name] = {"current_version": current, "action": action, "record": record, "mig": mig_labels(node)}
         if action == "skip":
             skipped.append({"node": name, "reason": "already at %s" % target_version})

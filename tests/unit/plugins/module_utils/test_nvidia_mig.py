@@ -13,9 +13,11 @@ from ansible_collections.gpuops.nvidia.plugins.filter.mig_layout import mig_layo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.mig import (
     create_instances_argv,
     expected_resources,
+    layout_to_recreate,
     major_change,
     mig_layout,
     missing_resources,
+    recorded_layout,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils.nvidia.smi import merge_mig_listing, parse_list, parse_query_xml
 
@@ -86,3 +88,60 @@ def test_filter_gives_layout_resources_commands_and_the_major_decision():
     assert result["instances"] == 4 and result["major_change"] is True
     assert result["create_argv"] == [["nvidia-smi", "mig", "-i", "0", "-cgi", "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "-C"]]
     assert mig_layout_filter(h100_gpus(), "mixed")["major_change"] is None
+
+
+def rebooted(gpus):
+    """The same GPUs after a reboot: MIG mode kept, the MIG devices gone (as a GPU does)."""
+    return [dict(gpu, mig_devices=[]) for gpu in gpus]
+
+
+def test_the_record_keeps_only_the_gpus_with_mig_devices():
+    layout = mig_layout(h100_gpus()) + [{"index": 1, "uuid": "GPU-1", "profiles": []}]
+    assert recorded_layout(layout) == [{"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+                                        "profiles": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]
+    assert recorded_layout([]) == []
+
+
+def test_a_run_resumed_after_the_reboot_recreates_the_recorded_layout():
+    recorded = recorded_layout(mig_layout(h100_gpus()))
+    layout, from_record = layout_to_recreate(mig_layout(rebooted(h100_gpus())), recorded)
+    assert from_record is True
+    assert layout == recorded
+    result = mig_layout_filter(rebooted(h100_gpus()), "mixed", "595.91.07", "615.71.09", recorded=recorded)
+    assert result["from_record"] is True and result["instances"] == 4 and result["major_change"] is True
+    assert result["create_argv"] == [["nvidia-smi", "mig", "-i", "0", "-cgi", "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "-C"]]
+    assert result["resources"] == {"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1,
+                                   "nvidia.com/mig-1g.10gb": 2}
+
+
+def test_the_layout_on_the_node_wins_over_the_record():
+    # killed after the re-create: the node has its instances, nothing is created twice
+    recorded = [{"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "profiles": ["7g.80gb"]}]
+    layout, from_record = layout_to_recreate(mig_layout(h100_gpus()), recorded)
+    assert from_record is False and layout[0]["profiles"] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+
+
+def test_a_record_without_a_layout_behaves_as_before():
+    now = mig_layout(rebooted(h100_gpus()))
+    assert layout_to_recreate(now, None) == (now, False)
+    assert layout_to_recreate(now, []) == (now, False)
+    result = mig_layout_filter(rebooted(h100_gpus()), "mixed", "595.91.07", "615.71.09")
+    assert result["from_record"] is False and result["instances"] == 0 and result["create_argv"] == []
+    assert result["resources"] == {}
+
+
+def test_the_record_applies_only_to_the_gpus_still_in_mig_mode_matched_by_uuid():
+    gpus = rebooted(h100_gpus())
+    # a GPU swapped since the record (another UUID) gets nothing from it
+    swapped = [{"index": 0, "uuid": "GPU-ffffffff-0000-0000-0000-000000000000", "profiles": ["3g.40gb"]}]
+    assert layout_to_recreate(mig_layout(gpus), swapped)[1] is False
+    # MIG mode off now: nothing to re-create on that GPU
+    off = [dict(gpu, mig_mode_current=False) for gpu in gpus]
+    assert layout_to_recreate(mig_layout(off), recorded_layout(mig_layout(h100_gpus()))) == ([], False)
+    # the GPU's index now is the one nvidia-smi -i gets; a record without UUIDs matches by index
+    moved = [dict(gpu, index=3) for gpu in gpus]
+    layout, from_record = layout_to_recreate(mig_layout(moved), recorded_layout(mig_layout(h100_gpus())))
+    assert from_record and layout[0]["index"] == 3
+    by_index = [{"index": 0, "profiles": ["1g.10gb"]}, "not a GPU", {"index": 5, "profiles": ["1g.10gb"]}]
+    layout, from_record = layout_to_recreate(mig_layout(gpus), by_index)
+    assert from_record and [gpu["profiles"] for gpu in layout] == [["1g.10gb"]]

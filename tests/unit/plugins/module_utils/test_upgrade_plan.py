@@ -385,6 +385,18 @@ def test_a_node_left_cordoned_by_our_interrupted_run_is_resumed_not_blocked():
     assert [batch["nodes"] for batch in result["batches"]] == [["gpu-node-01"], ["gpu-node-02"]]
 
 
+def test_a_node_killed_during_its_reboot_is_verified_once_its_boot_id_changed_and_rebooted_if_not():
+    record = json.dumps({"state": "rebooting", "from": "595.91.07", "to": "615.71.09", "run_id": "r",
+                         "boot_id_before": "b1", "mig_layout": [{"index": 0, "uuid": "GPU-0", "profiles": ["7g.80gb"]}]})
+    nodes = [node(name, cordoned=True, annotations={plan.RECORD_ANNOTATION: record}) for name in NODES8[:3]]
+    nodes[0]["status"]["nodeInfo"] = {"bootID": "b2"}      # came back: the kubelet reports its new boot
+    nodes[1]["status"]["nodeInfo"] = {"bootID": "b1"}      # the reboot never happened
+    result = plan.build_plan(NODES8[:3], nodes, "615.71.09", [3])
+    assert [result["nodes"][name]["action"] for name in NODES8[:3]] == ["verify", "reboot", "reboot"]
+    # the record travels with the plan: a resume re-creates the MIG layout the reboot dropped from it
+    assert result["nodes"]["gpu-node-01"]["record"]["mig_layout"][0]["profiles"] == ["7g.80gb"]
+
+
 def test_every_node_an_interrupted_run_left_mid_way_goes_in_the_resumed_plans_first_batch():
     """Chaos seed 130: a batch of two killed mid-drain must not be split by the resume's canary size."""
     draining = json.dumps({"state": "draining", "from": "595.91.07", "to": "615.71.09", "run_id": "r"})
