@@ -42,7 +42,7 @@ from gpulab.faults import CLUSTER_FAULTS
 from ..api.errors import ApiError
 from ..api.recorder import RECORDS_FILE, Recorder
 from ..api.store import Store
-from . import deviceplugin, operator
+from . import deviceplugin, migmanager, operator
 from .apionly import ApiOnlyFleet
 from .controllers import ControllerManager
 from .driver_upgrade_controller import DriverUpgradeController
@@ -104,7 +104,8 @@ class KubeCluster:
         if self.gpu_operator is not None:
             operator.install(self.manager, self.gpu_operator)
             self.manager.addons += [operator.GpuOperator(self.manager, self.gpu_operator),
-                                    DriverUpgradeController(self.manager, self.gpu_operator)]
+                                    DriverUpgradeController(self.manager, self.gpu_operator),
+                                    migmanager.MigManager(self.manager)]
         if self.config.dra:
             for device_class in deviceplugin.dra_device_classes():
                 self.manager.create("deviceclasses", device_class)
