@@ -17,7 +17,7 @@ Cluster-side fault kinds (`gpulab fault NODE KIND`):
 
 GPU Operator mode (`gpu_operator=operator.OperatorConfig(driver_version, time_scale)`, `gpulab up --gpu-operator`):
 the Operator's CRDs, ClusterPolicy, labels, driver and validator DaemonSets (`operator.py`, pods in
-`driverpod.py`) and its driver upgrade controller (`driver_upgrade_controller.py`).
+`driverpod.py`), its driver upgrade controller (`driver_upgrade_controller.py`) and MIG Manager (`migmanager.py`).
 
 Timings (seconds, defaults as upstream where upstream has one): `heartbeat_s` 10 (Lease renewal and node
 status), `crash_backoff_s` 10 doubling to 300 (CrashLoopBackOff), `job_backoff_s` 10 doubling to 360 (a
