@@ -17,7 +17,7 @@ Cluster-side fault kinds (`gpulab fault NODE KIND`):
 
 GPU Operator mode (`gpu_operator=operator.OperatorConfig(driver_version, time_scale)`, `gpulab up --gpu-operator`):
 the Operator's CRDs, ClusterPolicy, labels, driver and validator DaemonSets (`operator.py`, pods in
-`driverpod.py`) and its driver upgrade controller (`driver_upgrade_controller.py`).
+`driverpod.py`), its driver upgrade controller (`driver_upgrade_controller.py`) and MIG Manager (`migmanager.py`).
 
 Timings (seconds, defaults as upstream where upstream has one): `heartbeat_s` 10 (Lease renewal and node
 status), `crash_backoff_s` 10 doubling to 300 (CrashLoopBackOff), `job_backoff_s` 10 doubling to 360 (a
@@ -42,7 +42,7 @@ from gpulab.faults import CLUSTER_FAULTS
 from ..api.errors import ApiError
 from ..api.recorder import RECORDS_FILE, Recorder
 from ..api.store import Store
-from . import deviceplugin, operator
+from . import deviceplugin, migmanager, operator
 from .apionly import ApiOnlyFleet
 from .controllers import ControllerManager
 from .driver_upgrade_controller import DriverUpgradeController
@@ -107,7 +107,8 @@ class KubeCluster:
         if self.gpu_operator is not None:
             operator.install(self.manager, self.gpu_operator)
             self.manager.addons += [operator.GpuOperator(self.manager, self.gpu_operator),
-                                    DriverUpgradeController(self.manager, self.gpu_operator)]
+                                    DriverUpgradeController(self.manager, self.gpu_operator),
+                                    migmanager.MigManager(self.manager)]
         if self.config.dra:
             for device_class in deviceplugin.dra_device_classes():
                 self.manager.create("deviceclasses", device_class)

@@ -28,6 +28,7 @@ import os
 
 from ..api.errors import ApiError
 from ..api.timefmt import rfc3339
+from . import migmanager
 from .driverpod import DRIVER_APP, DRIVER_CONTAINER, NAMESPACE, UPGRADE_ENABLED_ANNOTATION, VALIDATOR_APP
 from .objects import meta, owner_reference, pod_is_terminating
 
@@ -102,6 +103,7 @@ def install(manager, config: OperatorConfig) -> None:
     manager.create("runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                                       "metadata": {"name": "nvidia"}, "handler": "nvidia"})
     manager.store.create(CLUSTER_POLICY_RESOURCE, cluster_policy_manifest(config.driver_version))
+    migmanager.install(manager)     # the MIG Manager's ConfigMap default-mig-parted-config
 
 
 def driver_image(driver_spec: dict) -> str:
