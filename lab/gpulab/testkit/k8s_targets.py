@@ -70,6 +70,8 @@ NEEDS_WHAT_THE_TWIN_LACKS = {
     "k8s_info": "its discovery tasks apply KubeVirt's release manifests from github.com (the internet); the rest of "
                 "its tasks passed against the twin (2026-12-04, 894 s)",
     "k8s_validate": "pip-installs kubernetes-validate into a virtualenv (a package registry)",
+    "k8s_apply": "its last tasks pip-install five kubernetes client releases into virtualenvs (a package registry); "
+                 "before them it stops at server-side apply's field conflicts (409), which the twin does not model",
 }
 
 
