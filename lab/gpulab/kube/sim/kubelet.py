@@ -559,6 +559,7 @@ class Kubelet:
             self._start_plugin(pod, now)
         elif not crashed and self._registered is None and self._stale_plugin_uid != uid \
                 and self._reregister_after is None:
+            self._read_nvml(now)
             self._register(pod, now)
 
     def _plugin_waits_for_driver(self, pod: dict, runtime, now: float) -> bool:
@@ -651,7 +652,6 @@ class Kubelet:
     def _register(self, pod: dict, now: float) -> None:
         if self._stale_plugin_uid == meta(pod).get("uid"):
             return
-        self._read_nvml(now)
         gpus = self._snapshot.gpus if self._snapshot else []
         if self.config.dra:
             self._registered = {}
