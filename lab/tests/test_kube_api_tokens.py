@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import subprocess
 import textwrap
 
 import pytest
@@ -19,6 +18,7 @@ from gpulab.kube.api.server import ApiServer
 from gpulab.kube.api.store import Store
 from gpulab.kube.api.tls import issue_client_certificate
 from gpulab.kube.sim.tokens import TokensController
+from test_kube_api_rbac import kubectl
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -81,14 +81,6 @@ def api(tmp_path_factory):
     tokens.sync()
     yield {"server": server, "store": store, "admin": admin, "dir": state, "tokens": tokens}
     server.stop()
-
-
-def kubectl(kubeconfig, *args, stdin=None, check=True):
-    done = subprocess.run([KUBECTL, "--kubeconfig", kubeconfig, *args], input=stdin, capture_output=True, text=True,
-                          timeout=60)
-    if check and done.returncode != 0:
-        raise AssertionError("kubectl %s: %s%s" % (" ".join(args), done.stdout, done.stderr))
-    return done
 
 
 def secret(api, name):

@@ -14,18 +14,7 @@ from gpulab.kube.api.errors import ApiError
 from gpulab.kube.sim import checker
 from gpulab.kube.sim.cluster import KubeCluster
 from gpulab.kube.sim.deviceplugin import DAEMONSET_NAME, NAMESPACE as PLUGIN_NAMESPACE
-from gpulab.kube.testing import FakeNodeView, make_gpus
-
-
-def wait_for(predicate, timeout_s=10.0, what="condition"):
-    deadline = time.time() + timeout_s
-    last = None
-    while time.time() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout_s, what, last))
+from gpulab.kube.testing import FakeNodeView, make_gpus, wait_for
 
 
 @pytest.fixture

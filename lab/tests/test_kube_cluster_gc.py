@@ -12,20 +12,9 @@ import pytest
 from gpulab.kube.api.errors import ApiError
 from gpulab.kube.api.store import Store
 from gpulab.kube.sim.cluster import KubeCluster
-from gpulab.kube.testing import FakeNodeView, make_gpus
+from gpulab.kube.testing import FakeNodeView, make_gpus, wait_for
 
 GRACE_S = 3
-
-
-def wait_for(predicate, timeout_s=15.0, what="condition"):
-    deadline = time.time() + timeout_s
-    last = None
-    while time.time() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout_s, what, last))
 
 
 @pytest.fixture
@@ -50,7 +39,7 @@ def pods(store, name):
 
 def running_pod(store, name):
     return wait_for(lambda: next((pod for pod in pods(store, name) if pod["status"].get("phase") == "Running"), None),
-                    what="the Job's pod running")
+                    timeout_s=15.0, what="the Job's pod running")
 
 
 def exists(store, resource, name):
@@ -71,7 +60,7 @@ def test_foreground_deletion_keeps_the_job_until_its_pod_is_gone(cluster):
     assert exists(store, "jobs", "fg") is not None
     [pod] = pods(store, "fg")
     assert pod["metadata"]["deletionTimestamp"] and pod["status"]["phase"] == "Running"
-    wait_for(lambda: exists(store, "jobs", "fg") is None, what="the Job gone after its pod")
+    wait_for(lambda: exists(store, "jobs", "fg") is None, timeout_s=15.0, what="the Job gone after its pod")
     assert not pods(store, "fg")
     assert time.time() - started >= GRACE_S - 0.5     # sleep ignored SIGTERM: it went at the SIGKILL
 
@@ -85,7 +74,7 @@ def test_background_deletion_removes_the_job_and_its_pod_lives_out_its_grace_per
     time.sleep(1.0)
     [pod] = pods(store, "bg")
     assert pod["metadata"]["deletionTimestamp"] and pod["status"]["phase"] == "Running"
-    wait_for(lambda: not pods(store, "bg"), what="the pod gone after its grace period")
+    wait_for(lambda: not pods(store, "bg"), timeout_s=15.0, what="the pod gone after its grace period")
 
 
 def test_a_process_with_a_term_handler_ends_at_sigterm(cluster):
@@ -95,7 +84,7 @@ def test_a_process_with_a_term_handler_ends_at_sigterm(cluster):
     time.sleep(0.3)     # the shell has set its trap
     started = time.time()
     store.delete("jobs", "trap", "default", propagation_policy="Background")
-    wait_for(lambda: not pods(store, "trap"), what="the pod gone")
+    wait_for(lambda: not pods(store, "trap"), timeout_s=15.0, what="the pod gone")
     assert time.time() - started < GRACE_S - 0.5
 
 

@@ -12,21 +12,10 @@ import pytest
 
 from gpulab.kube.api.patch import STRATEGIC_MERGE_PATCH
 from gpulab.kube.sim.cluster import KubeCluster
-from gpulab.kube.testing import FakeNodeView, make_gpus
+from gpulab.kube.testing import FakeNodeView, make_gpus, wait_for
 
 REVISION = "deployment.kubernetes.io/revision"
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
-
-
-def wait_for(predicate, timeout_s=10.0, what="condition"):
-    deadline = time.time() + timeout_s
-    last = None
-    while time.time() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout_s, what, last))
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import yaml
 
 from conftest import collections_path, stop_lab
 from test_runbook_operator_upgrade import OperatorFleet, start_patiently
+from test_runbook_upgrade_mig import RESOURCES, mig_resources, wait_for
 from upgrade_helpers import DRIVER_LABEL, NEW, OLD
 
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
@@ -31,24 +32,8 @@ CONFIG = "gpuops-upgrade"
 LAYOUT = [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}},
           {"devices": [1], "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "3g.40gb": 1}},
           {"devices": [2, 3, 4, 5, 6, 7], "mig-enabled": False}]
-# what the mixed strategy advertises for LAYOUT on an 8-GPU node
-RESOURCES = {"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-2g.20gb": "1", "nvidia.com/mig-1g.10gb": "2",
-             "nvidia.com/mig-4g.40gb": "1", "nvidia.com/gpu": "6"}
+# the mixed strategy advertises for LAYOUT what test_runbook_upgrade_mig's layout gets: its RESOURCES
 STATE_LABEL = "nvidia.com/mig.config.state"
-
-
-def mig_resources(node: dict) -> dict:
-    allocatable = node["status"].get("allocatable") or {}
-    return {name: value for name, value in allocatable.items() if name in RESOURCES}
-
-
-def wait_for(predicate, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(1)
-    return False
 
 
 def layout_applied(fleet) -> bool:
@@ -90,7 +75,7 @@ def fleet(needs_root, tmp_path_factory):
                                   "--type", "merge", "-p", patch], check=True, capture_output=True, timeout=60)
         subprocess.run(kubectl + ["label", "nodes"] + NODES + ["nvidia.com/mig.config=" + CONFIG],
                        check=True, capture_output=True, timeout=60)
-        assert wait_for(lambda: layout_applied(fleet)), \
+        assert wait_for(lambda: layout_applied(fleet), timeout=240), \
             {name: (node["metadata"]["labels"].get(STATE_LABEL), mig_resources(node))
              for name, node in fleet.nodes().items()}
         yield fleet

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 
 from gpulab.nvidia.profiles import H100_MEMORY_MIB, H100_NAME
@@ -140,3 +141,16 @@ def _nvidia_smi_list_lines(gpu: dict) -> str:
     for mig_index, device in enumerate(gpu.get("mig_devices") or []):
         lines.append("  MIG %-13s Device %2d: (UUID: %s)\n" % (device["profile"], mig_index, device["uuid"]))
     return "".join(lines)
+
+
+def wait_for(predicate, timeout_s=10.0, what="condition"):
+    """``predicate()``'s first truthy value, polled every 50 ms; AssertionError naming ``what`` and the last value
+    after ``timeout_s``."""
+    deadline = time.time() + timeout_s
+    last = None
+    while time.time() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout_s, what, last))
