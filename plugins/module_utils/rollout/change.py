@@ -100,8 +100,9 @@ def build_change_plan(kind_name, inputs, targets, nodes, batches=None, canary_no
         record = parse_record(node, kind_name)
         at_target = bool(kind.node_at_target and kind.node_at_target(node, inputs))
         action = resume_action(record, this_change, at_target)
-        per_node[name] = {"action": action, "record": record,
-                          "labels": node_labels(node)}
+        # a record of another change of this kind is history: this change starts over on the node
+        ours = record if record and record.get("change") == this_change else None
+        per_node[name] = {"action": action, "record": ours, "labels": node_labels(node)}
         if action == "skip":
             skipped.append({"node": name, "reason": "already changed (%s)" % (
                 "recorded done" if record and record.get("change") == this_change else "the node shows it")})
