@@ -199,9 +199,10 @@ def run_args(args, runbook, change_kind, inputs, apply):
     """The command line of a runbook run made from the plan's inputs and the apply's own options."""
     extra_vars = inputs.get("extra_vars") or {}
     return argparse.Namespace(
-        runbook=runbook, change=change_kind, inventory=inputs.get("inventory"), extra_vars=[json.dumps(extra_vars)] if extra_vars else [],
-        apply=apply, ticket=args.ticket, confirm=args.confirm if apply else None, limit=inputs.get("limit"),
-        diff=False, vault_password_file=args.vault_password_file, data_dir=args.data_dir, audit_log=args.audit_log,
+        runbook=runbook, change=change_kind, inventory=inputs.get("inventory"),
+        extra_vars=[json.dumps(extra_vars)] if extra_vars else [], apply=apply, ticket=args.ticket,
+        confirm=args.confirm if apply else None, limit=inputs.get("limit"), diff=False,
+        vault_password_file=args.vault_password_file, data_dir=args.data_dir, audit_log=args.audit_log,
         keep_runs=args.keep_runs, forks_cap=args.forks_cap, collections_path=args.collections_path,
         verbose=args.verbose, quiet=args.quiet)
 
