@@ -19,6 +19,43 @@ from gpuops_runner.runbook import RUNBOOKS, runbook_for
 LABELS = {"gpuops_change_inputs": {"labels": {"gpu.example.com/tier": "batch"}}}
 
 
+@pytest.fixture(scope="module")
+def engine(chain):  # the chain fixture puts this checkout's collection on sys.path
+    import importlib
+    return importlib.import_module("ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.change")
+
+
+def gpu_node(name, **labels):
+    return {"metadata": {"name": name, "labels": dict({"nvidia.com/gpu.present": "true"}, **labels)},
+            "spec": {}, "status": {"capacity": {"nvidia.com/gpu": "8"},
+                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def change_plan_result(engine, nodes):
+    """What gpuops.nvidia.change_plan returns (its `plan`) for node_labels, from the planner it calls."""
+    names = [node["metadata"]["name"] for node in nodes]
+    return {"changed": False, "plan": dict(engine.build_change_plan(
+        "node_labels", LABELS["gpuops_change_inputs"], names, nodes, batches=[1, 1]), window_open=True)}
+
+
+def test_the_plan_file_holds_the_change_id_and_each_node_s_action_and_a_node_labelled_by_hand_means_replan(engine):
+    batches, state = plans.change_plan(change_plan_result(engine, [gpu_node("n1"), gpu_node("n2")]))
+    assert batches == [{"index": 1, "kind": "canary", "nodes": ["n1"]}, {"index": 2, "kind": "batch", "nodes": ["n2"]}]
+    assert state == {"change_id": engine.change_id("node_labels", LABELS["gpuops_change_inputs"]),
+                     "kind": "node_labels", "max_unavailable": 2, "blockers": [],
+                     "nodes": {"n1": {"action": "start"}, "n2": {"action": "start"}}}
+    plan = approval.make_plan("node_labels", {"extra_vars": LABELS}, batches, "lab", "1.0.0", "alice@ops",
+                              datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc), state=state)
+    # someone labelled n2 by hand after the plan: it has the change already, and leaves the batches
+    batches2, state2 = plans.change_plan(change_plan_result(engine, [gpu_node("n1"), gpu_node(
+        "n2", **LABELS["gpuops_change_inputs"]["labels"])]))
+    assert state2["nodes"]["n2"] == {"action": "skip"} and batches2 == [batches[0]]
+    fresh = approval.make_plan("node_labels", {"extra_vars": LABELS}, batches2, "lab", "1.0.0", "bob@ops",
+                               datetime.datetime(2026, 12, 5, 1, tzinfo=datetime.timezone.utc), state=state2)
+    assert plans.differences(plan, approval.cluster_view(fresh)) == ["batches", "state"]
+    assert plans.change_plan({"failed": True, "msg": "no API"}) is None
+
+
 def test_each_command_names_its_runbook_and_its_change_kind():
     parse = build_parser().parse_args
     assert runbook_for(parse(["plan", "-i", "x"])) == (RUNBOOKS["plan"], "driver_upgrade")

@@ -64,7 +64,7 @@ def audit_api(collections_path):
 
 
 def change_kinds(collections_path):
-    """The change engine's kinds table of the collection (plugins/module_utils/rollout/change_kinds.py,
+    """The change engine's kinds table of the collection (``KINDS`` of plugins/module_utils/rollout/change_kinds.py,
     docs/change_engine.md) as ``{kind: two people by default}``; {} for a collection without the engine."""
     audit_api(collections_path)   # the collection on sys.path, and the one imported from that path
     # pylint: disable=import-outside-toplevel  # the collection's location is known only now
@@ -72,13 +72,4 @@ def change_kinds(collections_path):
         from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import change_kinds as table
     except ImportError:
         return {}
-    return {name: bool(two_people(kind)) for name, kind in table.CHANGE_KINDS.items()}
-
-
-def two_people(kind):
-    for name in ("two_people", "require_approval", "two_person"):
-        if hasattr(kind, name):
-            return getattr(kind, name)
-        if isinstance(kind, dict) and name in kind:
-            return kind[name]
-    return True   # a kind that says nothing needs a second person (as approval.policy_for's unknown kinds)
+    return {name: bool(kind.two_person) for name, kind in table.KINDS.items()}
