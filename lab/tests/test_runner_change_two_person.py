@@ -58,10 +58,9 @@ def fleet(tmp_path_factory):
 
 def change_vars(fleet) -> dict:
     """The kind's inputs and the engine's settings for a short run: a canary of one, then the other node."""
-    return {"gpuops_change_inputs": {"labels": {LABEL: VALUE}},
-            "gpuops_change_batches": [1, 1],
-            "gpuops_change_soak_seconds": 0,
-            "gpuops_change_record_dir": fleet["data"] + "/records"}
+    return {"gpuops_change_inputs": {"labels": {LABEL: VALUE}}, "gpuops_change_batches": [1, 1],
+            "gpuops_soak_seconds": 0, "gpuops_run_record_dir": fleet["data"] + "/records",
+            "gpuops_ready_timeout": 120, "gpuops_budget_wait_timeout": 0}
 
 
 def kubectl(fleet, *args) -> subprocess.CompletedProcess:

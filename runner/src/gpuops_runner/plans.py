@@ -280,6 +280,6 @@ def apply_plan(args, ask, out, err):
                                                "the plan (%s): re-plan" % ", ".join(changed)),
                       replan_run_id=replan.run_id, changed=changed)
     run.record("apply", replan_run_id=replan.run_id, **about)
-    run.from_plan = True
+    run.from_plan = plan["sha256"]
     run.start_fields = {"plan_sha256": plan["sha256"], "applier": about["applier"], "approver": approver}
     return run.execute()

@@ -46,6 +46,9 @@ RUNBOOKS = {
 # told which one by this variable (set by gpuops from CHANGE_KIND, never with -e)
 ENGINE_PLAYBOOK = "change"
 CHANGE_KIND_VAR = "gpuops_change_kind"
+# the sha256 of the plan gpuops apply checked: without it the engine's runbook refuses to change the cluster where the
+# kind's policy asks for a second operator (its own guard when run by hand)
+APPROVED_PLAN_VAR = "gpuops_approved_plan"
 UPGRADE_KIND = "driver_upgrade"
 # the extra var the runbooks check every host's gpuops_cluster_name against (gpuops sets it with --apply only)
 CONFIRM_VAR = "gpuops_confirm"
@@ -254,7 +257,7 @@ class RunbookRun:
         self.captured = None
         self.start_fields = {}
         self.extra_vars = {}
-        self.from_plan = False  # gpuops apply PLAN: the two-person rule was checked before this run
+        self.from_plan = None   # gpuops apply PLAN: the plan's sha256, its two-person rule checked before this run
         self.after_run = None   # called with the exit code before runner_end; returns the code and its fields
 
     @property
@@ -342,6 +345,8 @@ class RunbookRun:
         if self.args.apply:
             confirm_cluster(self.cluster, self.confirm, self.ask)
             extra_vars[CONFIRM_VAR] = self.cluster
+            if self.from_plan and self.runbook.playbook == ENGINE_PLAYBOOK:
+                extra_vars[APPROVED_PLAN_VAR] = self.from_plan
         return extra_vars
 
     def _on_signal(self, signum, frame):
