@@ -125,15 +125,17 @@ def test_a_kind_the_collection_does_not_know_is_a_usage_error_that_names_the_kno
     assert not os.path.exists(place["data"])   # nothing written
 
 
-def test_gpuops_change_apply_is_refused_where_the_kind_needs_two_people_and_the_kind_is_gpuops_s_to_set(place):
+def test_gpuops_change_apply_is_refused_where_the_kind_needs_two_people_and_gpuops_sets_the_kind(place):
     code, errors = run(place, "change", "node_labels", "-i", place["inventory"], "-e", json.dumps(LABELS),
                        "--apply", "--ticket", "CHG-24", "--confirm", "lab")
     assert code == exitcodes.REFUSED and len(errors) == 1, errors
     assert "node_labels needs the approval of a second operator: gpuops plan node_labels --out PLAN" in errors[0]
     code, errors = run(place, "change", "node_labels", "-i", place["inventory"], "-e", "gpuops_change_kind=mig_layout")
     assert code == exitcodes.REFUSED and errors == ["gpuops: refused: -e gpuops_change_kind is set by gpuops change"]
+    code, errors = run(place, "change", "node_labels", "-i", place["inventory"], "-e", "gpuops_approved_plan=0123")
+    assert code == exitcodes.REFUSED and len(errors) == 1 and "-e gpuops_approved_plan is reserved" in errors[0]
     assert [(record["event"], record["playbook"]) for record in trail(place)] == [
-        ("refused", "gpuops.nvidia.change"), ("refused", "gpuops.nvidia.change")]
+        ("refused", "gpuops.nvidia.change")] * 3
 
 
 def a_plan_file(place, kind="node_labels"):
