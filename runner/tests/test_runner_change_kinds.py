@@ -54,6 +54,20 @@ def test_the_plan_file_holds_the_change_id_and_each_node_s_action_and_a_node_lab
                                datetime.datetime(2026, 12, 5, 1, tzinfo=datetime.timezone.utc), state=state2)
     assert plans.differences(plan, approval.cluster_view(fresh)) == ["batches", "state"]
     assert plans.change_plan({"failed": True, "msg": "no API"}) is None
+    assert plans.blocked(plan) is None
+
+
+def test_no_plan_file_for_a_change_the_runbook_would_refuse(engine):
+    failed = gpu_node("n2")
+    failed["metadata"]["annotations"] = {engine.record_annotation("node_labels"): json.dumps({
+        "kind": "node_labels", "change": engine.change_id("node_labels", LABELS["gpuops_change_inputs"]),
+        "state": "failed", "reason": "verify: label not set"})}
+    batches, state = plans.change_plan(change_plan_result(engine, [gpu_node("n1"), failed]))
+    assert state["nodes"]["n2"] == {"action": "failed"}
+    plan = approval.make_plan("node_labels", {}, batches, "lab", "1.0.0", "alice@ops",
+                              datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc), state=state)
+    assert plans.blocked(plan) == ("the plan is blocked (n2: a previous run of this change failed the node: "
+                                   "verify: label not set)")
 
 
 def test_each_command_names_its_runbook_and_its_change_kind():

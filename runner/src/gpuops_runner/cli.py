@@ -47,8 +47,6 @@ def add_runbook_parser(commands, name):
         sub.add_argument("change", type=options.change_kind, metavar="CHANGE_KIND",
                          help="the change kind (node_labels, device_plugin_config, containerd_config, ...: "
                               "docs/change_engine.md); its inputs go in -e gpuops_change_inputs=...")
-        sub.add_argument("--out", metavar="PLAN",
-                         help="write the plan file for gpuops approve / gpuops apply (docs/operations.md)")
     sub.add_argument("-i", "--inventory", required=True,
                      help="any inventory source ansible accepts: a file, a directory, a script or plugin "
                           "configuration, or host1,host2,")

@@ -103,6 +103,17 @@ def planned(kind_name, run, created_by, now):
                               now, state=state)
 
 
+def blocked(body):
+    """Why a plan cannot be approved as it is (the change engine's blockers: a node a previous run failed, another
+    change in flight, ...), or None: approving a plan the runbook would refuse serves no one."""
+    blockers = (body.get("state") or {}).get("blockers") or []
+    if not blockers:
+        return None
+    return "the plan is blocked (%s)" % "; ".join(
+        "%s: %s" % (item.get("node", "?"), item.get("reason")) if isinstance(item, dict) else str(item)
+        for item in blockers)
+
+
 def write_json(path, data):
     temporary = path + ".tmp"
     with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w", encoding="utf-8") as stream:
@@ -122,10 +133,9 @@ def plan_to_file(args, out, err):
 
     def write_plan(code):
         body = planned(kind_name, run, identity_of(run), datetime.datetime.now(datetime.timezone.utc))
-        if body is None or (body.get("state") or {}).get("blockers"):
+        if body is None or blocked(body):
             reason = ("the inventory names no one cluster (%s on every host)" % inventory.CLUSTER_VAR
-                      if run.cluster is None else "the plan step gave no plan" if body is None else
-                      "the plan is blocked (%s)" % "; ".join(str(blocker) for blocker in body["state"]["blockers"]))
+                      if run.cluster is None else "the plan step gave no plan" if body is None else blocked(body))
             err("gpuops: refused: %s: no plan file written" % reason)
             return exitcodes.REFUSED, {"reason": reason}
         try:
