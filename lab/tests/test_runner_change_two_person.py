@@ -113,7 +113,7 @@ def test_the_plan_file_names_the_change_each_node_s_action_the_cluster_and_its_h
     names = fleet["lab"].node_names
     assert body["change_kind"] == "node_labels" and body["cluster"] == "gpulab"
     assert [batch["nodes"] for batch in body["batches"]] == [[name] for name in names]
-    assert body["state"]["change_id"].startswith("node_labels") and body["state"]["blockers"] == []
+    assert body["state"]["change_id"].startswith("node-labels-") and body["state"]["blockers"] == []
     assert {name: node["action"] for name, node in body["state"]["nodes"].items()} == {name: "start" for name in names}
     assert body["inputs"]["extra_vars"]["gpuops_change_inputs"] == {"labels": {LABEL: VALUE}}
     written = [record for record in records(fleet["data"] + "/audit.jsonl") if record["event"] == "plan"]
