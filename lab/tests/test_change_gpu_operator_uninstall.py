@@ -24,12 +24,12 @@ import time
 
 import pytest
 
+from change_helpers import ChangeFleet
 from conftest import collections_path, start_lab, stop_lab
-from upgrade_helpers import Fleet
 
 DRIVER = "595.91.07"
 KIND = "gpu_operator_uninstall"
-RECORD = "gpuops.nvidia/change-gpu-operator-uninstall"
+INPUTS = {"operand_timeout": 120}
 NAMES = ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
 MAIN_CONFIG = "/etc/containerd/config.toml"
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
@@ -48,23 +48,9 @@ GPU_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "n
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
 
 
-class UninstallFleet(Fleet):
+class UninstallFleet(ChangeFleet):
     def run_change(self, check=True, **overrides):
-        values = {"gpuops_change_kind": KIND, "gpuops_change_batches": [1, 2], "gpuops_soak_seconds": 0,
-                  "gpuops_drain_timeout": 60, "gpuops_run_record_dir": self.record_dir,
-                  "gpuops_change_inputs": {"operand_timeout": 120}}
-        values.update(overrides)
-        argv = ["ansible-playbook", "-i", os.path.join(self.lab.state_dir, "inventory.yml"), "gpuops.nvidia.change",
-                "-e", json.dumps(values)]
-        done = subprocess.run(argv, capture_output=True, text=True, env=self.ansible_env(), timeout=600)
-        output = done.stdout + done.stderr
-        if check and done.returncode != 0:
-            raise AssertionError("change failed (%d):\n%s" % (done.returncode, output[-6000:]))
-        return done.returncode, output
-
-    def record(self, node: dict):
-        raw = (node["metadata"].get("annotations") or {}).get(RECORD)
-        return json.loads(raw) if raw else None
+        return self.run(INPUTS, check=check, **dict({"gpuops_max_unavailable": 2}, **overrides))
 
     def kubectl(self, *args, stdin=None):
         return subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig] + list(args), input=stdin,
@@ -95,7 +81,7 @@ def fleet(needs_root, tmp_path_factory):
     base = tmp_path_factory.mktemp("operator-uninstall")
     lab = start_lab(str(base / "state"), "--nodes", "3", "--driver", DRIVER, "--gpu-operator",
                     "--operator-time-scale", "0.01", "--boot-delay", "0.3")
-    yield UninstallFleet(lab, tmp_path_factory.mktemp("operator-uninstall-runs"))
+    yield UninstallFleet(lab, tmp_path_factory.mktemp("operator-uninstall-runs"), KIND)
     stop_lab(lab)
     shutil.rmtree(str(base), ignore_errors=True)
 
@@ -103,7 +89,7 @@ def fleet(needs_root, tmp_path_factory):
 def assert_nothing_changed(fleet):
     assert fleet.operator_objects()["policies"] == ["cluster-policy"]
     for name, node in fleet.nodes().items():
-        assert fleet.record(node) is None and not node["spec"].get("unschedulable"), name
+        assert fleet.change_record(node) is None and not node["spec"].get("unschedulable"), name
     for name in NAMES:
         assert fleet.node_state(name)["left"] == ["drop-in", "run", "toolkit"], name
     assert fleet.lock_holder() is None
@@ -121,6 +107,9 @@ def test_a_dry_run_refuses_while_a_gpu_pod_runs_then_prints_the_plan_and_changes
         fleet.kubectl("delete", "pod", "trainer", "--wait=true")
     _rc, output = fleet.run_change()
     assert "ClusterPolicy cluster-policy, namespace gpu-operator" in output, output[-4000:]
+    assert "Change gpu_operator_uninstall " in output and "(dry run: nothing will be changed)" in output
+    assert "each node is drained while it changes; rollback: none" in output
+    assert "Batch 1/2 (canary):" in output and "Batch 2/2 (batch):" in output
     assert_nothing_changed(fleet)
 
 
@@ -129,7 +118,7 @@ def test_a_canary_with_the_runtime_in_the_main_config_stops_the_run_after_the_op
         MAIN_CONFIG, MAIN_CONFIG, OLD_TOOLKIT_ENTRY))
     since = time.time()
     rc, output = fleet.run_change(check=False, gpuops_confirm="gpulab", gpuops_run_id="uninstall-1")
-    assert rc != 0, output[-4000:]
+    assert rc != 0 and "the change stopped after batch 1/2" in output, output[-4000:]
     assert fleet.operator_objects() == {"crds": [], "policies": [], "pods": []}
     backup = os.path.join(fleet.record_dir, "gpu-operator-backup-uninstall-1")
     with open(os.path.join(backup, "objects.json")) as stream:
@@ -140,28 +129,37 @@ def test_a_canary_with_the_runtime_in_the_main_config_stops_the_run_after_the_op
         assert "kind: ClusterPolicy" in stream.read()
     nodes = fleet.nodes()
     canary = nodes[NAMES[0]]
-    record = fleet.record(canary)
+    record = fleet.change_record(canary)
     assert record["state"] == "failed" and MAIN_CONFIG in record["reason"], record
     assert canary["spec"].get("unschedulable") is True
     for name in NAMES[1:]:
-        assert fleet.record(nodes[name]) is None and not nodes[name]["spec"].get("unschedulable"), name
+        assert fleet.change_record(nodes[name]) is None and not nodes[name]["spec"].get("unschedulable"), name
         assert fleet.node_state(name)["left"] == ["drop-in", "run", "toolkit"], name
     assert fleet.boots(since) == {}
     assert fleet.lock_holder() is None
+    # the same change again is refused until a person looks at the failed node
+    rc, output = fleet.run_change(check=False, gpuops_confirm="gpulab")
+    assert rc != 0 and "gpu-node-01: a previous run of this change failed the node" in output, output[-4000:]
 
 
 def test_the_fixed_canary_resumes_then_the_batch_of_two_and_every_node_ends_clean(fleet):
-    if fleet.record(fleet.nodes()[NAMES[0]]) is None:
+    if fleet.change_record(fleet.nodes()[NAMES[0]]) is None:
         pytest.skip("needs the stopped run of the previous test")
+    # a person fixes the canary's main config and marks its record for resume
     fleet.lab.ssh(NAMES[0], "cp /root/config.toml.orig %s" % MAIN_CONFIG)
+    change_id = fleet.change_record(fleet.nodes()[NAMES[0]])["change"]
+    fleet.module("node_change_record", {"kind": KIND, "records": [
+        {"name": NAMES[0], "state": "applying", "change": change_id, "run_id": "by-hand"}]})
     since = time.time()
     _rc, output = fleet.run_change(gpuops_confirm="gpulab", gpuops_run_id="uninstall-2")
+    assert "gpu-node-01  (resume: continue)" in output, output[-4000:]
+    assert fleet.run_record("uninstall-2")["outcome"] == "completed"
     nodes = fleet.nodes()
     for name in NAMES:
-        assert fleet.record(nodes[name])["state"] == "done", name
+        assert fleet.change_record(nodes[name])["state"] == "done", name
         assert not nodes[name]["spec"].get("unschedulable"), name
         assert fleet.node_state(name) == {"nvidia_runtime": False, "containerd": "active", "left": []}, name
-    steps = {name: fleet.record(nodes[name])["steps"] for name in NAMES}
+    steps = {name: fleet.change_record(nodes[name])["steps"] for name in NAMES}
     assert all(steps[NAMES[0]]["done"] <= steps[name]["applying"] for name in NAMES[1:]), steps   # canary first
     assert fleet.operator_objects() == {"crds": [], "policies": [], "pods": []}
     assert os.listdir(fleet.record_dir).count("gpu-operator-backup-uninstall-2") == 0     # nothing left to back up
