@@ -278,6 +278,8 @@ class Lab:
                         extra_debs=runtime_debs[spec["containerd"]], rancher=spec["rancher"])
             if self.settings.get("dcgm"):   # `up --dcgm`: DCGM's dcgmi on the node's disk, as its package would
                 node.nvidia("dcgmi.install")(root=os.path.join(node.tmpfs_dir, "upper"))
+            if operator_mode:   # what the Operator's container-toolkit operand leaves on the node's disk
+                node.nvidia("toolkitoperand.install")(root=os.path.join(node.tmpfs_dir, "upper"))
             self.nodes.append(node)
             self.by_name[node.name] = node
         self.write_runfiles()

@@ -310,6 +310,9 @@ def boot(req: dict) -> dict:
     state = compute_state(req, merged)
     publish_run_files(req, state)
     mount_views(req, merged, state)
+    if os.path.exists(in_root(merged, "/usr/local/nvidia/toolkit/.gpulab-toolkit-operand")):
+        # the GPU Operator's toolkit operand installed on this disk (`up --gpu-operator`): its /run/nvidia state
+        call_nvidia(req["nvidia_backend"], "toolkitoperand.install_run", root=merged)
     write_identity(req, merged)
     install_power_commands(merged)
     install_systemctl(merged)

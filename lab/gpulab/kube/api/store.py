@@ -45,8 +45,9 @@ _PDB_INPUT_RESOURCES = {"pods", "poddisruptionbudgets", "replicasets", "deployme
 # nodes keep it: kubelets and tests may create them with a status.
 _STATUS_CLEARED_ON_CREATE = {"deployments", "replicasets", "daemonsets", "statefulsets", "jobs",
                              "poddisruptionbudgets"}
-# Owner-reference garbage collection only looks here for dependents.
-_DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs")
+# Owner-reference garbage collection only looks here for dependents (daemonsets: the GPU Operator's operand
+# DaemonSets are owned by its ClusterPolicy and go with it).
+_DEPENDENT_RESOURCES = ("replicasets", "pods", "controllerrevisions", "jobs", "daemonsets")
 FOREGROUND_FINALIZER = "foregroundDeletion"
 
 class Store:
