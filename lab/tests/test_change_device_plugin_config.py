@@ -53,7 +53,7 @@ DAEMONSET_PATCH = {"spec": {"template": {"spec": {
 
 def inputs(config, configmap_name=CONFIGMAP, **more):
     return dict({"config": config, "configmap": configmap_name, "configmap_namespace": NAMESPACE,
-                 "stable_seconds": 3, "timeout": 10}, **more)
+                 "stable_seconds": 2, "timeout": 6}, **more)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def wait_until(predicate, timeout_s, what):
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(1)
+        time.sleep(0.2)
     raise AssertionError("timed out waiting for " + what)
 
 
