@@ -78,3 +78,18 @@ def test_a_node_whose_label_names_the_config_is_at_target():
     assert not dpc.node_at_target(node, "ts-8")
     assert not dpc.node_at_target({"metadata": {"name": "gpu-node-02"}}, "ts-4")
     assert dpc.node_config({"metadata": {}}) == ""
+
+
+def test_the_planner_skips_a_node_whose_label_names_the_config_and_starts_the_others():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import change, change_kinds
+
+    kind = change_kinds.kind_of("device_plugin_config")
+    assert (kind.disruption, kind.rollback) == ("none", True)
+    labelled = {"metadata": {"name": "gpu-node-01", "labels": {dpc.CONFIG_LABEL: "ts-4"}}}
+    unlabelled = {"metadata": {"name": "gpu-node-02", "labels": {}}}
+    assert kind.node_at_target(labelled, {"config": "ts-4"})
+    assert not kind.node_at_target(labelled, {"config": "ts-8"})
+    assert not kind.node_at_target(unlabelled, {"config": "ts-4"})
+    assert kind.node_at_target(labelled, {"config": "ts-4"}) == dpc.node_at_target(labelled, "ts-4")
+    assert change.resume_action(None, "device-plugin-config-x", kind.node_at_target(labelled, {"config": "ts-4"})) \
+        == "skip"
