@@ -3,12 +3,12 @@ config ConfigMap (the Helm chart's `config.name`: the ConfigMap volume and the c
 operator runs it: `gpuops.nvidia.change` over real SSH and the API twin over HTTPS.
 
 - the dry run prints the plan and changes nothing;
-- a canary whose plugin does not have the config (the inputs name a staged ConfigMap the plugin does not read)
-  crash-loops, fails its verify, is rolled back (label as before, plugin restarted, its 8 GPUs back) and stops the
-  run before the batch;
 - the confirmed run of time-slicing x4, killed while the canary verifies, resumes with the same run id: the canary
   continues, then the batch of two; every node advertises 32 `nvidia.com/gpu` with GFD's labels, and the twin's
-  records show the canary first, no node cordoned, no plugin pod deleted, no reboot, the invariants kept.
+  records show the canary first, no node cordoned, no plugin pod deleted, no reboot, the invariants kept;
+- then a canary whose plugin does not have the next config (the inputs name a staged ConfigMap the plugin does not
+  read) crash-loops, fails its verify, is rolled back (its ts-4 label back, plugin restarted, 32 GPUs again) and
+  stops the run before the batch.
 """
 from __future__ import annotations
 
@@ -110,24 +110,6 @@ def test_the_dry_run_prints_the_plan_and_changes_nothing(fleet):
     assert fleet.plugin_restarts(since) == {} and fleet.lock_holder() is None
 
 
-def test_a_canary_whose_plugin_lacks_the_config_is_rolled_back_and_stops_the_run(fleet):
-    since = time.time()
-    rc, output = fleet.run(inputs("ts-8", STAGED), check=False, gpuops_confirm="gpulab",
-                           gpuops_canary_nodes=["gpu-node-01"], gpuops_change_rollback_on_failure=True)
-    assert rc != 0 and "the change stopped after batch 1/2" in output, output[-4000:]
-    nodes = fleet.nodes()
-    canary = fleet.change_record(nodes["gpu-node-01"])
-    assert canary["state"] == "rolled-back" and "does not run device plugin config ts-8" in canary["reason"], canary
-    assert canary["previous"] == {"config": None} and set(canary["steps"]) >= {"applying", "verifying", "failed"}
-    # rolled back: no config label, its plugin restarted once, its 8 GPUs back
-    assert CONFIG_LABEL not in nodes["gpu-node-01"]["metadata"]["labels"]
-    assert advertises(nodes["gpu-node-01"], "8", "none")
-    assert fleet.plugin_restarts(since) == {"gpu-node-01": 1}
-    for name in ("gpu-node-02", "gpu-node-03"):    # the batch never started
-        assert fleet.change_record(nodes[name]) is None and CONFIG_LABEL not in nodes[name]["metadata"]["labels"]
-    assert fleet.lock_holder() is None
-
-
 def test_the_confirmed_run_killed_mid_canary_resumes_and_shares_every_gpu_four_times(fleet):
     since = time.time()
     process = fleet.run(inputs("ts-4"), background=True, gpuops_confirm="gpulab", gpuops_run_id="dpc-resume")
@@ -160,3 +142,23 @@ def test_the_confirmed_run_killed_mid_canary_resumes_and_shares_every_gpu_four_t
     assert fleet.boots(since) == {}
     report = fleet.check_invariants(max_unavailable=1)
     assert report["max_unavailable_gpu_nodes"] == 0, report
+
+
+def test_a_canary_whose_plugin_lacks_the_config_is_rolled_back_to_its_config_and_stops_the_run(fleet):
+    since = time.time()
+    rc, output = fleet.run(inputs("ts-8", STAGED), check=False, gpuops_confirm="gpulab",
+                           gpuops_canary_nodes=["gpu-node-01"], gpuops_change_rollback_on_failure=True)
+    assert rc != 0 and "the change stopped after batch 1/2" in output, output[-4000:]
+    nodes = fleet.nodes()
+    canary = fleet.change_record(nodes["gpu-node-01"])
+    assert canary["state"] == "rolled-back" and "does not run device plugin config ts-8" in canary["reason"], canary
+    assert canary["previous"] == {"config": "ts-4"} and set(canary["steps"]) >= {"applying", "verifying", "failed"}
+    # rolled back: its config label as before, its plugin restarted once, its 8 GPUs shared 4 times again
+    assert nodes["gpu-node-01"]["metadata"]["labels"][CONFIG_LABEL] == "ts-4"
+    assert advertises(nodes["gpu-node-01"], "32", "time-slicing")
+    assert fleet.plugin_restarts(since) == {"gpu-node-01": 1}
+    for name in ("gpu-node-02", "gpu-node-03"):    # the batch never started: still done with ts-4
+        record = fleet.change_record(nodes[name])
+        assert record["state"] == "done" and record["run_id"] == "dpc-resume", record
+        assert nodes[name]["metadata"]["labels"][CONFIG_LABEL] == "ts-4"
+    assert fleet.lock_holder() is None
