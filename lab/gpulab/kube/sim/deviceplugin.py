@@ -5,6 +5,12 @@ What the plugin advertises comes from the GPUs the node's loaded driver exposes
 - `single` MIG strategy: `nvidia.com/gpu` = GPUs (or the MIG devices, when every GPU is in MIG mode);
 - `mixed`: `nvidia.com/gpu` for GPUs without MIG plus `nvidia.com/mig-<profile>` per MIG profile;
 - DRA: no extended resources; one resource.k8s.io ResourceSlice per node (driver gpu.nvidia.com).
+With a plugin config (the Helm chart's `config.name`: a ConfigMap volume and the config-manager), the node label
+`nvidia.com/device-plugin.config` picks a named config of the ConfigMap (`select_config`); its time-slicing
+`replicas` multiply the GPUs advertised, under `nvidia.com/gpu` or a renamed resource (`renameByDefault`:
+`nvidia.com/gpu.shared`), and GFD labels `nvidia.com/gpu.replicas`, `nvidia.com/gpu.sharing-strategy` and the
+`-SHARED` product suffix (NVIDIA/k8s-device-plugin `api/config/v1/replicas.go`, `internal/lm/resource.go`,
+`cmd/config-manager/main.go`).
 Log texts are those the k8s-device-plugin prints (v0.12 style lines, e.g. NVIDIA/k8s-device-plugin#303).
 """
 
@@ -60,12 +66,107 @@ def daemonset_manifest() -> dict:
     }
 
 
+# The plugin's config (the Helm chart's `config.name`/`config.default`; GPU Operator: ClusterPolicy
+# `devicePlugin.config`): the ConfigMap is mounted into the pod, the config-manager picks one of its keys by the
+# node's label (else DEFAULT_CONFIG, else the fallbacks `named` = a key "default", `single` = the only key).
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+CONFIG_FALLBACKS = ("named", "single")
+
+
+def config_source(pod: dict):
+    """{namespace, name, default} of the plugin config a pod mounts (a ConfigMap volume of the config-manager,
+    with its DEFAULT_CONFIG); None: the pod runs without one (flags only, as the static manifest)."""
+    spec = pod.get("spec") or {}
+    config_maps = [(volume.get("configMap") or {}).get("name") for volume in spec.get("volumes") or []]
+    config_maps = [name for name in config_maps if name]
+    if not config_maps:
+        return None
+    default = ""
+    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        for env in container.get("env") or []:
+            if env.get("name") == "DEFAULT_CONFIG" and env.get("value"):
+                default = env["value"]
+    return {"namespace": (pod.get("metadata") or {}).get("namespace") or NAMESPACE, "name": config_maps[0],
+            "default": default}
+
+
+def select_config(label_value: str, default: str, available) -> tuple:
+    """(config name, None) the config-manager links for this node, or (None, its error): a label or default that
+    names no key of the ConfigMap is an error, as in `cmd/config-manager` (the plugin then does not start)."""
+    names = sorted(available)
+    if not names:
+        return None, "no configuration files available"
+    for wanted in (label_value, default):
+        if wanted:
+            if wanted not in names:
+                return None, "specified config %s does not exist" % wanted
+            return wanted, None
+    if "named" in CONFIG_FALLBACKS and "default" in names:
+        return "default", None
+    if "single" in CONFIG_FALLBACKS and len(names) == 1:
+        return names[0], None
+    return None, "no config was set, no default was provided, and all fallbacks failed"
+
+
+def sharing_of(config_text: str) -> dict:
+    """What one named config says about sharing whole GPUs: {strategy, replicas, rename} for `nvidia.com/gpu`
+    (strategy `time-slicing`, `mps` or `none`; rename "" when the resource keeps its name). Raises ValueError on
+    a config the plugin refuses."""
+    import yaml   # PyYAML: the config is YAML, as in the ConfigMap
+    try:
+        config = yaml.safe_load(config_text or "") or {}
+    except yaml.YAMLError as error:
+        raise ValueError("unable to parse config file: %s" % error)
+    if not isinstance(config, dict):
+        raise ValueError("unable to parse config file: not a mapping")
+    if config.get("version", "v1") != "v1":
+        raise ValueError("unknown version: %s" % config.get("version"))
+    sharing = config.get("sharing") or {}
+    for strategy, key in (("mps", "mps"), ("time-slicing", "timeSlicing")):
+        replicated = sharing.get(key) or {}
+        for resource in replicated.get("resources") or []:
+            if resource.get("name") != GPU_RESOURCE:
+                continue
+            replicas = resource.get("replicas")
+            if not isinstance(replicas, int) or replicas < 1:
+                raise ValueError("unable to validate config: number of replicas must be >= 1 for %s" % GPU_RESOURCE)
+            if replicas == 1:
+                continue
+            rename = resource.get("rename") or ""
+            if not rename and replicated.get("renameByDefault"):
+                rename = GPU_RESOURCE + ".shared"
+            return {"strategy": strategy, "replicas": replicas, "rename": rename}
+    return {"strategy": "none", "replicas": 1, "rename": ""}
+
+
+def config_log(when: float, label_value: str, config: str, error=None) -> str:
+    """What the config-manager prints when the label changes (and its error, after which it exits)."""
+    lines = ["Label change detected: %s=%s" % (CONFIG_LABEL, label_value)]
+    if error:
+        lines.append("Error: %s" % error)
+    else:
+        lines += ["Updating to config: %s" % config, "Successfully updated to config: %s" % config,
+                  "Sending signal 'hangup' to 'nvidia-device-plugin'", "Successfully sent signal",
+                  'Received signal "hangup", shutting down.', "Loading configuration.",
+                  "Running with config: %s" % config]
+    return "".join("%s %s\n" % (_log_time(when), line) for line in lines)
+
+
 def mig_resource_name(profile: str) -> str:
     return MIG_RESOURCE_PREFIX + profile
 
 
-def extended_resources(gpus: list, mig_strategy: str = "single") -> dict:
-    """Resource name -> device count the plugin registers with the kubelet."""
+def extended_resources(gpus: list, mig_strategy: str = "single", sharing=None) -> dict:
+    """Resource name -> device count the plugin registers with the kubelet (`sharing`: `sharing_of` a config)."""
+    counts = _extended_resources(gpus, mig_strategy)
+    if sharing and sharing["replicas"] > 1 and GPU_RESOURCE in counts:
+        whole = counts.pop(GPU_RESOURCE)
+        name = sharing["rename"] or GPU_RESOURCE
+        counts[name] = counts.get(name, 0) + whole * sharing["replicas"]
+    return counts
+
+
+def _extended_resources(gpus: list, mig_strategy: str) -> dict:
     if mig_strategy == "mixed":
         counts = {GPU_RESOURCE: sum(1 for gpu in gpus if not gpu.get("mig_enabled"))}
         for gpu in gpus:
@@ -82,8 +183,10 @@ def product_label(gpu_name: str) -> str:
     return "-".join(gpu_name.split())
 
 
-def gfd_labels(gpus: list, driver_version, mig_capable: bool, mig_strategy: str = "single") -> dict:
-    """GPU Feature Discovery labels for the node; empty when NVML shows no GPU (GFD then labels nothing)."""
+def gfd_labels(gpus: list, driver_version, mig_capable: bool, mig_strategy: str = "single", sharing=None) -> dict:
+    """GPU Feature Discovery labels for the node; empty when NVML shows no GPU (GFD then labels nothing).
+    With a plugin config (`sharing`), also its sharing strategy, its replicas and the `-SHARED` product suffix
+    (replicas > 1 under the resource's own name)."""
     if not gpus or not driver_version:
         return {}
     first = gpus[0]
@@ -97,6 +200,12 @@ def gfd_labels(gpus: list, driver_version, mig_capable: bool, mig_strategy: str 
         "nvidia.com/mig.strategy": mig_strategy,
     }
     labels.update(_driver_version_labels(driver_version))
+    if sharing is not None:
+        labels["nvidia.com/gpu.sharing-strategy"] = sharing["strategy"]
+        if sharing["replicas"] > 1:
+            labels["nvidia.com/gpu.replicas"] = str(sharing["replicas"])
+            if not sharing["rename"]:
+                labels["nvidia.com/gpu.product"] += "-SHARED"
     if mig_strategy == "mixed":
         for name, count in extended_resources(gpus, "mixed").items():
             if name.startswith(MIG_RESOURCE_PREFIX):
@@ -117,7 +226,7 @@ def _driver_version_labels(driver_version: str) -> dict:
 
 GFD_LABEL_KEYS = ("nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count",
                   "nvidia.com/gpu.memory", "nvidia.com/gpu.replicas", "nvidia.com/mig.capable",
-                  "nvidia.com/mig.strategy")
+                  "nvidia.com/mig.strategy", "nvidia.com/gpu.sharing-strategy")
 
 
 def is_gfd_label(key: str) -> bool:

@@ -8,7 +8,11 @@ by restartPolicy). `nvidia-smi ...` runs through NodeView.run. A GPU container g
 runtime injects (`gpuinject.py`: on a GPU Operator node, `nvidia-smi` from `/run/nvidia/driver`). Containers
 without a command, whose program the node lacks, or on a view that starts no processes "run" until deleted.
 The device-plugin pod registers the GPUs the node's driver exposes; without NVML it crash-loops with the
-plugin's real failure log.
+plugin's real failure log. A plugin pod that mounts a config ConfigMap (the Helm chart's `config.name`) runs the
+config the node's `nvidia.com/device-plugin.config` label picks: its time-slicing replicas multiply the GPUs it
+registers (under `nvidia.com/gpu` or the renamed resource) and show in the GFD labels; a label change reloads the
+running plugin (the config-manager's SIGHUP); a label naming no config of the ConfigMap crash-loops it with the
+config-manager's error.
 
 All methods run on the controller thread, except the `nvidia-smi` commands (a small thread pool).
 """
@@ -90,6 +94,8 @@ class Kubelet:
         self._registered = None          # resource name -> count the plugin registered; None = not registered
         self._healthy_uuids = set()      # GPUs the registered plugin last saw healthy
         self._registered_by = None       # uid of the plugin pod that registered
+        self._plugin_config = None       # the running plugin's config: {label, name, sharing}; None = none mounted
+        self._label_sharing = None       # the sharing GFD labels show (the last config that loaded)
         self._capacity_extended = {}     # kubelet checkpoint: extended resources seen registered
         self._stale_plugin_uid = None    # plugin pod that will not re-register (stale-device-plugin)
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
@@ -221,7 +227,7 @@ class Kubelet:
         if self.is_gpu_node(snapshot):
             labels[deviceplugin.GPU_NODE_LABEL] = "true"
         gfd = deviceplugin.gfd_labels(snapshot.gpus, snapshot.driver_version, snapshot.mig_capable,
-                                      self.config.mig_strategy)
+                                      self.config.mig_strategy, self._label_sharing)
         not_owned = (deviceplugin.GFD_LABEL_KEYS[0],) if self.config.operator_labels else ()
         return deviceplugin.apply_gfd_labels(labels, gfd, not_owned)
 
@@ -557,6 +563,8 @@ class Kubelet:
             self._start_plugin(pod, now)
         elif not crashed and ("device-plugin-crash" in self.faults or self._plugin_blocker() is not None):
             self._start_plugin(pod, now)
+        elif not crashed and self._plugin_config is not None and self._config_label() != self._plugin_config["label"]:
+            self._reload_config(pod, runtime, now)
         elif not crashed and self._registered is None and self._stale_plugin_uid != uid \
                 and self._reregister_after is None:
             self._read_nvml(now)
@@ -610,10 +618,60 @@ class Kubelet:
         self._view_dirty = True
         self._refresh_view(now)
 
+    # --- the plugin's config (config-manager) -----------------------------------------------------
+    def _config_label(self) -> str:
+        node = self.client.informer.get("nodes", self.name)
+        return ((meta(node).get("labels") or {}) if node else {}).get(deviceplugin.CONFIG_LABEL, "")
+
+    def _resolve_config(self, pod: dict):
+        """(config, error) the config-manager comes to for this pod on this node now; (None, None) without one."""
+        source = deviceplugin.config_source(pod)
+        if source is None:
+            return None, None
+        label = self._config_label()
+        try:
+            data = self.client.store.get("configmaps", source["name"], source["namespace"]).get("data") or {}
+        except ApiError:
+            data = {}
+        name, error = deviceplugin.select_config(label, source["default"], data)
+        config = {"label": label, "name": name, "sharing": None}
+        if error is None:
+            try:
+                config["sharing"] = deviceplugin.sharing_of(data[name])
+            except ValueError as invalid:
+                error = str(invalid)
+        return config, error
+
+    def _take_config(self, config, error) -> None:
+        self._plugin_config = config
+        if config is None:
+            self._label_sharing = None
+        elif error is None:
+            self._label_sharing = config["sharing"]
+
+    def _sharing(self):
+        return self._plugin_config["sharing"] if self._plugin_config else None
+
+    def _reload_config(self, pod: dict, runtime: dict, now: float) -> None:
+        """The label changed under a running plugin: the config-manager links the new config and sends SIGHUP;
+        the plugin registers again with it, or (no such config) the config-manager exits and the pod crash-loops."""
+        config, error = self._resolve_config(pod)
+        self._take_config(config, error)
+        self.logs.append(meta(pod).get("namespace"), meta(pod)["name"],
+                         deviceplugin.config_log(now, config["label"], config["name"], error))
+        self._registered = None
+        if error is not None:
+            self._write_crash_loop(pod, runtime, 1, now)
+            return
+        self._read_nvml(now)
+        self._register(pod, now)
+
     def _start_plugin(self, pod: dict, now: float) -> None:
         self._read_nvml(now)
         runtime = self._start_container(pod, now)
-        if self._plugin_can_start():
+        config, config_error = self._resolve_config(pod)
+        self._take_config(config, config_error)
+        if self._plugin_can_start() and config_error is None:
             runtime["state"] = "running"
             self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], "")
             self._write_running(pod, runtime, now, ready=True)
@@ -621,7 +679,9 @@ class Kubelet:
             return
         self._registered = None
         blocker = self._plugin_blocker() if self._snapshot and self._snapshot.gpus else None
-        if blocker == "stale_socket":
+        if config_error is not None and self._plugin_can_start():
+            log = deviceplugin.config_log(now, config["label"], None, config_error)
+        elif blocker == "stale_socket":
             log = deviceplugin.stale_socket_log(now)
         elif blocker == "kubelet_not_listening":
             log = deviceplugin.registration_failure_log(now)
@@ -656,7 +716,7 @@ class Kubelet:
         if self.config.dra:
             self._registered = {}
         else:
-            self._registered = deviceplugin.extended_resources(gpus, self.config.mig_strategy)
+            self._registered = deviceplugin.extended_resources(gpus, self.config.mig_strategy, self._sharing())
             self._capacity_extended.update(self._registered)
         self._healthy_uuids = {gpu["uuid"] for gpu in gpus}
         self._registered_by = meta(pod).get("uid")
@@ -668,7 +728,7 @@ class Kubelet:
         allocatable drops while capacity keeps counting it; a GPU back after a reset is healthy again."""
         if not self._registered or self.config.dra or not snapshot.up:
             return
-        healthy = deviceplugin.extended_resources(snapshot.gpus, self.config.mig_strategy)
+        healthy = deviceplugin.extended_resources(snapshot.gpus, self.config.mig_strategy, self._sharing())
         if all(healthy.get(name, 0) == count for name, count in self._registered.items()):
             return
         uuids = {gpu["uuid"] for gpu in snapshot.gpus}
@@ -687,7 +747,8 @@ class Kubelet:
         if plugin is None or runtime is None or runtime["state"] != "running" or not self._plugin_can_start():
             return
         gpus = self._snapshot.gpus
-        resources = deviceplugin.extended_resources(gpus, self.config.mig_strategy) if not self.config.dra else {}
+        resources = deviceplugin.extended_resources(gpus, self.config.mig_strategy, self._sharing()) \
+            if not self.config.dra else {}
         self.logs.append(meta(plugin).get("namespace"), meta(plugin)["name"],
                          deviceplugin.kubelet_restart_log(resources or {deviceplugin.GPU_RESOURCE: 0}, now))
         self._registered = resources
