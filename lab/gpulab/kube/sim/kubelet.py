@@ -39,7 +39,8 @@ class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
                  resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0,
-                 max_processes: int = 64, operator_labels: bool = False, container_pid1_signals: bool = False):
+                 max_processes: int = 64, operator_labels: bool = False, container_pid1_signals: bool = False,
+                 plugin_stop_grace_s: float = 300.0):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -51,6 +52,9 @@ class KubeletConfig:
         self.max_processes = max_processes      # container processes per node twin; more wait to start
         self.operator_labels = operator_labels  # GPU Operator mode: `nvidia.com/gpu.present` is the Operator's
         self.container_pid1_signals = container_pid1_signals   # containers.py: SIGTERM as a PID 1 gets it
+        # the kubelet's endpointStopGracePeriod (5 min): a resource no plugin registers any more (a MIG profile the
+        # new layout dropped) stays in capacity with 0 allocatable that long, then leaves the Node's status
+        self.plugin_stop_grace_s = plugin_stop_grace_s
 
 
 class _ViewSnapshot:
@@ -91,6 +95,7 @@ class Kubelet:
         self._healthy_uuids = set()      # GPUs the registered plugin last saw healthy
         self._registered_by = None       # uid of the plugin pod that registered
         self._capacity_extended = {}     # kubelet checkpoint: extended resources seen registered
+        self._unregistered_since = {}    # resource of the checkpoint the last registration lacked -> since when
         self._stale_plugin_uid = None    # plugin pod that will not re-register (stale-device-plugin)
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
         self._runtime = {}               # pod uid -> container runtime state
@@ -233,12 +238,28 @@ class Kubelet:
             patch.update({key: None for key in current if key not in wanted})
             self.client.patch("nodes", node, {"metadata": {"labels": patch}})
 
+    def _follow_registration(self, now: float) -> None:
+        """The ledger follows what the plugin registers: a resource of the checkpoint the last registration lacked
+        (the MIG profiles of the layout before) keeps its capacity, 0 allocatable, for the stop grace period, then
+        is gone from the Node; registered again before that, it is kept."""
+        registered = self._registered or {}
+        for name in self._capacity_extended:
+            if name in registered:
+                self._unregistered_since.pop(name, None)
+            elif self._registered is not None:
+                self._unregistered_since.setdefault(name, now)
+        for name, since in list(self._unregistered_since.items()):
+            if now - since >= self.config.plugin_stop_grace_s:
+                del self._unregistered_since[name]
+                self._capacity_extended.pop(name, None)
+
     def _extended_resources(self):
         capacity = {name: str(count) for name, count in self._capacity_extended.items()}
         allocatable = {name: str((self._registered or {}).get(name, 0)) for name in self._capacity_extended}
         return capacity, allocatable
 
     def _sync_status(self, node: dict, snapshot: _ViewSnapshot, now: float) -> None:
+        self._follow_registration(now)
         capacity_extra, allocatable_extra = self._extended_resources()
         current = node.get("status") or {}
         status = {
@@ -254,6 +275,8 @@ class Kubelet:
             conditions_without_times(current.get("conditions")) != conditions_without_times(conditions)
         if changed or heartbeat_due:
             status["conditions"] = conditions
+            for key in ("capacity", "allocatable"):   # a merge patch keeps what it does not name: a resource gone
+                status[key].update({name: None for name in current.get(key) or {} if name not in status[key]})
             self.client.patch("nodes", node, {"status": status}, subresource="status")
             self._last_status_write = now
 
