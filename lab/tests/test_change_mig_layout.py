@@ -38,3 +38,24 @@ def test_a_profile_the_new_layout_drops_leaves_the_node_after_the_kubelets_grace
     capacity, allocatable = _status(store, "gpu-0")
     assert capacity == {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "14"}, capacity
     assert allocatable == capacity
+
+
+def test_the_single_strategy_plugin_refuses_two_profiles_and_takes_one(make_cluster):
+    """The plugin's device map with the single strategy: every MIG device of one type, none beside a whole GPU; a
+    plugin started on another layout crash-loops with its error, one started on a uniform layout registers the MIG
+    devices as nvidia.com/gpu."""
+    view = FakeNodeView("gpu-0", gpus=make_gpus(2))
+    cluster = make_cluster([view], mig_strategy="single")
+    store = cluster.store
+    wait_for(lambda: _status(store, "gpu-0")[1].get("nvidia.com/gpu") == "2", what="two whole GPUs")
+    view.set_gpus(make_gpus(2, mig_profiles=["3g.40gb", "1g.10gb"]), notify=False)
+    store.delete("pods", plugin_pod(store, "gpu-0")["metadata"]["name"], PLUGIN_NAMESPACE)
+    pod = wait_for(lambda: (plugin_pod(store, "gpu-0") or {}).get("status", {}).get("containerStatuses")
+                   and plugin_pod(store, "gpu-0")["status"]["containerStatuses"][0]["state"].get("waiting")
+                   and plugin_pod(store, "gpu-0"), what="the plugin crash-looping")
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    log = cluster.logs.get(PLUGIN_NAMESPACE, pod["metadata"]["name"]) or ""
+    assert "invalid MIG configuration: more than one MIG device type present on node" in log, log
+    wait_for(lambda: _status(store, "gpu-0")[1]["nvidia.com/gpu"] == "0", what="no GPU allocatable")
+    view.set_gpus(make_gpus(2, mig_profiles=["1g.10gb"] * 7), notify=False)
+    wait_for(lambda: _status(store, "gpu-0")[1].get("nvidia.com/gpu") == "14", what="the uniform layout registered")

@@ -611,12 +611,18 @@ class Kubelet:
         """Case 3 crashes besides NVML: the MIG strategy fault, or what the node's disk shows now (a stale plugin
         socket, a kubelet socket nobody answers: NodeView.device_plugin_blocker, read live, not from the
         snapshot, so a repair over SSH counts at the plugin's next start); None when nothing is in the way."""
-        if "device-plugin-mig-mismatch" in self.faults:
+        if "device-plugin-mig-mismatch" in self.faults or self._single_strategy_error():
             return "mig_strategy_mismatch"
         blocker = getattr(self.view, "device_plugin_blocker", None)
         if not callable(blocker) or not (self._snapshot and self._snapshot.gpus):
             return None
         return blocker()
+
+    def _single_strategy_error(self):
+        """The single strategy refuses the MIG layout NVML shows (None: it takes it, or another strategy)."""
+        if self.config.mig_strategy != "single" or self.config.dra or not self._snapshot:
+            return None
+        return deviceplugin.single_strategy_error(self._snapshot.gpus)
 
     def _nvml_failure(self) -> str:
         """Why NVML fails here: no driver ever seen = no libnvidia-ml; a driver that was there but is not
@@ -649,7 +655,8 @@ class Kubelet:
         elif blocker == "kubelet_not_listening":
             log = deviceplugin.registration_failure_log(now)
         elif blocker == "mig_strategy_mismatch":
-            log = deviceplugin.mig_strategy_log(now, self.config.mig_strategy)
+            log = deviceplugin.mig_strategy_log(now, self.config.mig_strategy, self._single_strategy_error()
+                                                or deviceplugin.SINGLE_MORE_THAN_ONE_TYPE)
         else:
             log = deviceplugin.nvml_failure_log(now, self._nvml_failure())
         self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], log)
