@@ -122,7 +122,7 @@ def layout_resources(after, strategy):
     """``(resources, error)``: extended resource -> count the device plugin advertises for the node's GPUs as
     ``layout_after`` gives them, by its MIG strategy (``mixed``: ``nvidia.com/gpu`` for the GPUs outside MIG mode and
     ``nvidia.com/mig-<profile>`` per profile; ``single``: every GPU in MIG mode with one profile, or none in MIG
-    mode, all counted as ``nvidia.com/gpu``); ``error`` says why the single strategy cannot take the layout (the
+    mode, all counted as ``nvidia.com/gpu``), a resource of none left out; ``error`` says why the single strategy cannot take the layout (the
     plugin would refuse it). An unknown strategy expects nothing."""
     if strategy == "mixed":
         counts = {GPU_RESOURCE: sum(1 for gpu in after if not gpu["mig_enabled"])}
@@ -130,7 +130,7 @@ def layout_resources(after, strategy):
             for profile in gpu["profiles"] if gpu["mig_enabled"] else []:
                 name = MIG_RESOURCE_PREFIX + profile
                 counts[name] = counts.get(name, 0) + 1
-        return counts, None
+        return dict((name, count) for name, count in counts.items() if count), None
     if strategy != "single":
         return {}, None
     enabled = [gpu for gpu in after if gpu["mig_enabled"]]
@@ -143,7 +143,8 @@ def layout_resources(after, strategy):
     if len(profiles) > 1:
         return {}, "the single MIG strategy takes one profile on the node, the layout has %s" % ", ".join(
             sorted(profiles))
-    return {GPU_RESOURCE: sum(len(gpu["profiles"]) for gpu in enabled)}, None
+    instances = sum(len(gpu["profiles"]) for gpu in enabled)
+    return ({GPU_RESOURCE: instances} if instances else {}), None
 
 
 def previous_layout(gpus):

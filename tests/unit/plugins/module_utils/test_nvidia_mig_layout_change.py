@@ -78,6 +78,8 @@ def test_a_later_entry_naming_a_gpu_wins_and_the_rollback_layout_restores_the_fi
     plan = plan_layout(gpus, [{"devices": "all", "profiles": ["3g.40gb"]}, {"devices": [0], "profiles": []}], "mixed")
     assert argvs(plan) == ["nvidia-smi mig -i 0 -dci", "nvidia-smi mig -i 0 -dgi", "nvidia-smi -i 1 -mig 1",
                            "nvidia-smi -i 1 -r", "nvidia-smi mig -i 1 -cgi 3g.40gb -C"]
+    # every GPU in MIG mode: no whole GPU to expect (the plugin's nvidia.com/gpu of 0 is not waited for)
+    assert plan["resources"] == {"nvidia.com/mig-3g.40gb": 1}
     rollback = plan_layout(gpus, plan_layout(gpus, [], "")["previous"], "mixed")
     assert rollback["steps"] == [] and rollback["at_target"]
     l40s = plan_layout(node_gpus(), [{"devices": "all", "profiles": ["3g.40gb"]}], "mixed")
