@@ -35,6 +35,7 @@ LONGEST_FIRST = (
     "test_runbook_upgrade_faults.py",
     "test_runbook_driver_upgrade.py", "test_role_nvidia_driver.py", "test_runbook_operator_upgrade.py",
     "test_runbook_repair_device_plugin.py", "test_node_selfcheck.py", "test_runbook_upgrade_mig_operator.py",
+    "test_change_mig_layout.py",
     "test_runbook_repair_skew_reload.py", "test_alertmanager_silence.py",
     "test_runbook_node_bootstrap.py", "test_runbook_bootstrap_batches.py", "test_hardening_lock_rbac.py",
     "test_runbook_upgrade_multinode.py", "test_runner_upgrade_bastion.py", "test_lab_gpu_operator.py",

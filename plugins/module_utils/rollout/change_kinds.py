@@ -38,13 +38,27 @@ def device_plugin_config_at_target(node: dict, inputs: dict) -> bool:
     return node_labels(node).get(DEVICE_PLUGIN_CONFIG_LABEL) == (inputs or {}).get("config")
 
 
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+
+def mig_config_at_target(node: dict, inputs: dict) -> bool:
+    """The MIG Manager has applied the layout already: the node's ``nvidia.com/mig.config`` names ``inputs['config']``
+    and its state is ``success`` (modes ``auto`` and ``mig_manager``; what ``nvidia-smi`` made, no Node shows)."""
+    inputs = inputs or {}
+    if inputs.get("mode", "auto") == "nvidia_smi" or not inputs.get("config"):
+        return False
+    labels = node_labels(node)
+    return labels.get(MIG_CONFIG_LABEL) == inputs["config"] and labels.get(MIG_CONFIG_STATE_LABEL) == "success"
+
+
 KINDS = dict((kind.name, kind) for kind in (
     ChangeKind("node_labels", "scheduling of one node", "none", (1, "100%"), True, True, labels_at_target),
     ChangeKind("device_plugin_config", "new allocations on the node", "none", (1, "25%"), True, False,
                device_plugin_config_at_target),
     ChangeKind("containerd_config", "all containers of the node", "cordon", (1, "25%"), True, False, None),
     ChangeKind("kubelet_config", "pod status sync", "drain", (1, "25%"), True, False, None),
-    ChangeKind("mig_layout", "all work on that GPU", "drain", (1, "25%"), True, False, None),
+    ChangeKind("mig_layout", "all work on that GPU", "drain", (1, "25%"), True, False, mig_config_at_target),
     ChangeKind("gpu_operator_uninstall", "the cluster's GPU capability", "drain", (1, "100%"), False, True, None),
 ))
 

@@ -2,7 +2,8 @@
 
 What the plugin advertises comes from the GPUs the node's loaded driver exposes
 (NodeView.visible_gpus()), so labels and allocatable follow a driver upgrade + reboot:
-- `single` MIG strategy: `nvidia.com/gpu` = GPUs (or the MIG devices, when every GPU is in MIG mode);
+- `single` MIG strategy: `nvidia.com/gpu` = GPUs (or the MIG devices, when every GPU is in MIG mode); a plugin
+  starting on a layout it refuses (two MIG profiles, MIG devices beside whole GPUs) crash-loops with its error;
 - `mixed`: `nvidia.com/gpu` for GPUs without MIG plus `nvidia.com/mig-<profile>` per MIG profile;
 - DRA: no extended resources; one resource.k8s.io ResourceSlice per node (driver gpu.nvidia.com).
 With a plugin config (the Helm chart's `config.name`: a ConfigMap volume and the config-manager), the node label
@@ -368,14 +369,30 @@ def registration_failure_log(when: float) -> str:
     return "".join("%s %s\n" % (_log_time(when), line) for line in lines)
 
 
-def mig_strategy_log(when: float, mig_strategy: str) -> str:
-    """The node's MIG layout does not fit the plugin's strategy: single with more than one MIG profile (mixed:
-    the strategy MPS refuses)."""
+SINGLE_MORE_THAN_ONE_TYPE = "invalid MIG configuration: more than one MIG device type present on node"
+SINGLE_NOT_UNIFORM = "all devices on the node must be configured with the same migEnabled value"
+
+
+def single_strategy_error(gpus: list):
+    """Why the single strategy refuses the node's MIG layout (the plugin's device map, internal/rm/device_map.go:
+    every MIG device of one type, and no whole GPU beside MIG devices); None when it takes it. A GPU in MIG mode
+    without MIG devices is in neither map."""
+    profiles = {device["profile"] for gpu in gpus if gpu.get("mig_enabled") for device in gpu.get("mig_devices") or []}
+    if len(profiles) > 1:
+        return SINGLE_MORE_THAN_ONE_TYPE
+    if profiles and any(not gpu.get("mig_enabled") for gpu in gpus):
+        return SINGLE_NOT_UNIFORM
+    return None
+
+
+def mig_strategy_log(when: float, mig_strategy: str, error: str = SINGLE_MORE_THAN_ONE_TYPE) -> str:
+    """The node's MIG layout does not fit the plugin's strategy: single with more than one MIG profile, or MIG
+    devices beside whole GPUs (`error`: which, as single_strategy_error says; mixed: the strategy MPS refuses)."""
     if mig_strategy == "mixed":
         error = "unable to validate flags: using --mig-strategy=mixed is not supported with MPS"
     else:
         error = ("error getting plugins: unable to create plugins: failed to construct resource managers: error "
-                 "building device map: invalid MIG configuration: more than one MIG device type present on node")
+                 "building device map: %s" % error)
     lines = ["Loading NVML", "Loading configuration.", 'Running with config: {"flags": {"migStrategy": "%s"}}'
              % mig_strategy, "error starting plugins: %s" % error]
     return "".join("%s %s\n" % (_log_time(when), line) for line in lines)

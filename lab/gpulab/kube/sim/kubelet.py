@@ -43,7 +43,8 @@ class KubeletConfig:
     def __init__(self, heartbeat_s: float = 10.0, mig_strategy: str = "single", dra: bool = False,
                  crash_backoff_s: float = 10.0, max_crash_backoff_s: float = 300.0, view_refresh_s: float = 2.0,
                  resourceslice_api_version: str = "resource.k8s.io/v1beta1", container_start_s: float = 1.0,
-                 max_processes: int = 64, operator_labels: bool = False, container_pid1_signals: bool = False):
+                 max_processes: int = 64, operator_labels: bool = False, container_pid1_signals: bool = False,
+                 plugin_stop_grace_s: float = 300.0):
         self.heartbeat_s = heartbeat_s
         self.mig_strategy = mig_strategy
         self.dra = dra
@@ -55,6 +56,9 @@ class KubeletConfig:
         self.max_processes = max_processes      # container processes per node twin; more wait to start
         self.operator_labels = operator_labels  # GPU Operator mode: `nvidia.com/gpu.present` is the Operator's
         self.container_pid1_signals = container_pid1_signals   # containers.py: SIGTERM as a PID 1 gets it
+        # the kubelet's endpointStopGracePeriod (5 min): a resource no plugin registers any more (a MIG profile the
+        # new layout dropped) stays in capacity with 0 allocatable that long, then leaves the Node's status
+        self.plugin_stop_grace_s = plugin_stop_grace_s
 
 
 class _ViewSnapshot:
@@ -97,6 +101,7 @@ class Kubelet:
         self._plugin_config = None       # the running plugin's config: {label, name, sharing}; None = none mounted
         self._label_sharing = None       # the sharing GFD labels show (the last config that loaded)
         self._capacity_extended = {}     # kubelet checkpoint: extended resources seen registered
+        self._unregistered_since = {}    # resource of the checkpoint the last registration lacked -> since when
         self._stale_plugin_uid = None    # plugin pod that will not re-register (stale-device-plugin)
         self._reregister_after = None    # kubelet-restart: when the running plugin re-registers
         self._runtime = {}               # pod uid -> container runtime state
@@ -239,12 +244,28 @@ class Kubelet:
             patch.update({key: None for key in current if key not in wanted})
             self.client.patch("nodes", node, {"metadata": {"labels": patch}})
 
+    def _follow_registration(self, now: float) -> None:
+        """The ledger follows what the plugin registers: a resource of the checkpoint the last registration lacked
+        (the MIG profiles of the layout before) keeps its capacity, 0 allocatable, for the stop grace period, then
+        is gone from the Node; registered again before that, it is kept."""
+        registered = self._registered or {}
+        for name in self._capacity_extended:
+            if name in registered:
+                self._unregistered_since.pop(name, None)
+            elif self._registered is not None:
+                self._unregistered_since.setdefault(name, now)
+        for name, since in list(self._unregistered_since.items()):
+            if now - since >= self.config.plugin_stop_grace_s:
+                del self._unregistered_since[name]
+                self._capacity_extended.pop(name, None)
+
     def _extended_resources(self):
         capacity = {name: str(count) for name, count in self._capacity_extended.items()}
         allocatable = {name: str((self._registered or {}).get(name, 0)) for name in self._capacity_extended}
         return capacity, allocatable
 
     def _sync_status(self, node: dict, snapshot: _ViewSnapshot, now: float) -> None:
+        self._follow_registration(now)
         capacity_extra, allocatable_extra = self._extended_resources()
         current = node.get("status") or {}
         status = {
@@ -260,6 +281,8 @@ class Kubelet:
             conditions_without_times(current.get("conditions")) != conditions_without_times(conditions)
         if changed or heartbeat_due:
             status["conditions"] = conditions
+            for key in ("capacity", "allocatable"):   # a merge patch keeps what it does not name: a resource gone
+                status[key].update({name: None for name in current.get(key) or {} if name not in status[key]})
             self.client.patch("nodes", node, {"status": status}, subresource="status")
             self._last_status_write = now
 
@@ -596,12 +619,18 @@ class Kubelet:
         """Case 3 crashes besides NVML: the MIG strategy fault, or what the node's disk shows now (a stale plugin
         socket, a kubelet socket nobody answers: NodeView.device_plugin_blocker, read live, not from the
         snapshot, so a repair over SSH counts at the plugin's next start); None when nothing is in the way."""
-        if "device-plugin-mig-mismatch" in self.faults:
+        if "device-plugin-mig-mismatch" in self.faults or self._single_strategy_error():
             return "mig_strategy_mismatch"
         blocker = getattr(self.view, "device_plugin_blocker", None)
         if not callable(blocker) or not (self._snapshot and self._snapshot.gpus):
             return None
         return blocker()
+
+    def _single_strategy_error(self):
+        """The single strategy refuses the MIG layout NVML shows (None: it takes it, or another strategy)."""
+        if self.config.mig_strategy != "single" or self.config.dra or not self._snapshot:
+            return None
+        return deviceplugin.single_strategy_error(self._snapshot.gpus)
 
     def _nvml_failure(self) -> str:
         """Why NVML fails here: no driver ever seen = no libnvidia-ml; a driver that was there but is not
@@ -686,7 +715,8 @@ class Kubelet:
         elif blocker == "kubelet_not_listening":
             log = deviceplugin.registration_failure_log(now)
         elif blocker == "mig_strategy_mismatch":
-            log = deviceplugin.mig_strategy_log(now, self.config.mig_strategy)
+            log = deviceplugin.mig_strategy_log(now, self.config.mig_strategy, self._single_strategy_error()
+                                                or deviceplugin.SINGLE_MORE_THAN_ONE_TYPE)
         else:
             log = deviceplugin.nvml_failure_log(now, self._nvml_failure())
         self.logs.set(meta(pod).get("namespace"), meta(pod)["name"], log)
