@@ -72,8 +72,8 @@ def other_changes_in_flight(node: dict, kind_name: str) -> list:
     record applying or verifying (two changes on one node at once would each verify the other's half)."""
     reasons = []
     driver = rollout.parse_record(node)
-    if driver and driver.get("state") in rollout.STATES_BEFORE_REBOOT + (rollout.STATE_REBOOTING,
-                                                                          rollout.STATE_VERIFYING):
+    in_maintenance = rollout.STATES_BEFORE_REBOOT + (rollout.STATE_REBOOTING, rollout.STATE_VERIFYING)
+    if driver and driver.get("state") in in_maintenance:
         reasons.append("a driver roll-out is in progress on it (%s %s)" % (rollout.RECORD_ANNOTATION,
                                                                            driver.get("state")))
     for key in sorted(((node.get("metadata") or {}).get("annotations") or {})):
@@ -123,8 +123,9 @@ def build_change_plan(kind_name, inputs, targets, nodes, batches=None, canary_no
     if spread_label:
         domain_of = dict((name, node_labels(by_name.get(name, {})).get(spread_label)) for name in to_do)
     planned = rollout.plan_batches(to_do, list(batches or kind.batches), canary, domain_of) if to_do else []
-    gpu_nodes = [node for node in nodes if rollout.is_gpu_node(node)] or [by_name[name] for name in targets
-                                                                         if name in by_name]
+    gpu_nodes = [node for node in nodes if rollout.is_gpu_node(node)]
+    if not gpu_nodes:   # a cluster whose GPU nodes advertise nothing yet: the targets are its GPU nodes
+        gpu_nodes = [by_name[name] for name in targets if name in by_name]
     return {
         "kind": kind_name,
         "change_id": this_change,
