@@ -95,25 +95,127 @@ users:
     client-key: %(client)s
 """
 
-# The kubelet stand-in the unit runs: binds the device-plugin registration socket as the kubelet does at start (a
-# stale one is replaced; nothing needs to answer on it) and holds it; the file stays after a stop, as the real
-# kubelet leaves it. A small `python3 -S` script, not the gpulab package: it runs on every node all the time.
+# The kubelet stand-in the unit runs: reads its KubeletConfiguration (``--config``) as the kubelet does at start and
+# refuses to start where the real one does (see KUBELET_REFUSALS), keeps the CPU manager's checkpoint
+# (``cpu_manager_state``, refused when it names another policy), then binds the device-plugin registration socket
+# (a stale one is replaced; nothing needs to answer on it) and holds it; the file stays after a stop, as the real
+# kubelet leaves it. A small `python3 -S` script, not the gpulab package (it runs on every node all the time), so
+# it reads the config's top-level scalars and one level of mappings, all the checks below need.
 STANDIN = """#!/usr/bin/python3 -S
 # gpulab node twin: kubelet stand-in (lab/gpulab/kubeadm.py); the node's Kubernetes side is the lab's kube twin
-import ctypes, os, signal, socket, sys, time
+import ctypes, json, os, signal, socket, sys, time, zlib
 ctypes.CDLL(None).prctl(15, b"kubelet", 0, 0, 0)  # PR_SET_NAME: `pgrep kubelet` finds it, as on a real node
-path = "%s"
+path = "%(socket)s"
+root_dir = "%(root)s"
+
+
+def scalar(text):
+    text = text.split(" #")[0].strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\\"":
+        return text[1:-1]
+    return text
+
+
+def read_config(config_path):
+    config, parent = {}, None
+    with open(config_path) as stream:
+        for line in stream:
+            if not line.strip() or line.lstrip().startswith("#") or ":" not in line or line.lstrip().startswith("-"):
+                continue
+            key, _, value = line.partition(":")
+            if not line[0].isspace():
+                parent = key.strip()
+                config[parent] = scalar(value) if value.strip() else {}
+            elif parent is not None and isinstance(config.get(parent), dict):
+                config[parent][key.strip()] = scalar(value)
+    return config
+
+
+def refuse(message):
+    sys.stderr.write("E0000 %%s\\n" %% message)
+    sys.stderr.write("F0000 failed to run Kubelet: %%s\\n" %% message)
+    sys.exit(1)
+
+
+def percent(config, key, default):
+    value = config.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        refuse("failed to load kubelet config file: %%s: %%s is not an integer" %% (key, value))
+
+
+args = sys.argv[1:]
+config_path = None
+for index, arg in enumerate(args):
+    if arg.startswith("--config="):
+        config_path = arg.split("=", 1)[1]
+    elif arg == "--config" and index + 1 < len(args):
+        config_path = args[index + 1]
+config = {}
+if config_path:
+    try:
+        config = read_config(config_path)
+    except OSError as error:
+        refuse("failed to load kubelet config file, path: %%s, error: %%s" %% (config_path, error))
+cpu_policy = config.get("cpuManagerPolicy") or "none"
+topology_policy = config.get("topologyManagerPolicy") or "none"
+high = percent(config, "imageGCHighThresholdPercent", 85)
+low = percent(config, "imageGCLowThresholdPercent", 80)
+errors = []
+if not 0 <= high <= 100:
+    errors.append("invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) %%d must be "
+                  "between 0 and 100, inclusive" %% high)
+if not 0 <= low <= 100:
+    errors.append("invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) %%d must be "
+                  "between 0 and 100, inclusive" %% low)
+if low >= high:
+    errors.append("invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) %%d must be less "
+                  "than imageGCHighThresholdPercent (--image-gc-high-threshold) %%d" %% (low, high))
+if topology_policy not in ("none", "best-effort", "restricted", "single-numa-node"):
+    errors.append("invalid configuration: topologyManagerPolicy (--topology-manager-policy) %%r must be one of: "
+                  "[none best-effort restricted single-numa-node]" %% topology_policy)
+if errors:
+    refuse("kubelet config validation: [%%s]" %% ", ".join(errors))
+if cpu_policy not in ("none", "static"):
+    refuse("unknown policy: \\"%%s\\"" %% cpu_policy)
+reserved = config.get("reservedSystemCPUs") or any(
+    (config.get(group) or {}).get("cpu") not in (None, "", "0") for group in ("kubeReserved", "systemReserved")
+    if isinstance(config.get(group), dict))
+if cpu_policy == "static" and not reserved:
+    refuse("[cpumanager] unable to determine reserved CPU resources for static policy")
+state_path = os.path.join(root_dir, "cpu_manager_state")
+try:
+    with open(state_path) as stream:
+        checkpoint = json.load(stream).get("policyName")
+except FileNotFoundError:
+    checkpoint = None
+except ValueError:
+    checkpoint = "(corrupted)"
+if checkpoint is not None and checkpoint != cpu_policy:
+    refuse("start cpu manager error: could not restore state from checkpoint: configured policy \\"%%s\\" differs "
+           "from state checkpoint policy \\"%%s\\", please drain this node and delete the CPU manager checkpoint "
+           "file \\"%%s\\" before restarting Kubelet" %% (cpu_policy, checkpoint, state_path))
+if checkpoint is None:
+    default_set = "" if cpu_policy == "none" else "0-%%d" %% ((os.cpu_count() or 1) - 1)
+    body = {"policyName": cpu_policy, "defaultCpuSet": default_set}
+    body["checksum"] = zlib.crc32(json.dumps(body, sort_keys=True).encode())  # the twin's, not the kubelet's FNV
+    os.makedirs(root_dir, exist_ok=True)
+    with open(state_path, "w") as stream:
+        json.dump(body, stream)
 os.makedirs(os.path.dirname(path), exist_ok=True)
 if os.path.lexists(path):
     os.unlink(path)
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(path)
 server.listen(16)
-print("I0000 kubelet stand-in of the gpulab node twin (flags: %%s)" %% " ".join(sys.argv[1:]), flush=True)
+print("I0000 kubelet stand-in of the gpulab node twin (flags: %%s)" %% " ".join(args), flush=True)
+print("I0000 cpuManagerPolicy=%%s topologyManagerPolicy=%%s imageGCHighThresholdPercent=%%d "
+      "imageGCLowThresholdPercent=%%d" %% (cpu_policy, topology_policy, high, low), flush=True)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
     time.sleep(3600)
-""" % KUBELET_SOCKET
+""" % {"socket": KUBELET_SOCKET, "root": KUBELET_ROOT_DIR}
 
 
 def install_kubelet_files(merged: str, node_name: str, cluster_name: str = "kubernetes",

@@ -586,6 +586,17 @@ class NodeView:
             return "kubelet_not_listening"
         return None
 
+    def kubelet_failed(self) -> bool:
+        """The node's kubelet unit failed to start (its stand-in refused its config, as the real kubelet refuses a
+        bad KubeletConfiguration or a CPU manager checkpoint of another policy): it posts nothing until it starts."""
+        node = self._node
+        if not self.is_up():
+            return False
+        try:
+            return os.path.exists(node.root_path("/run/gpulab-systemd/kubelet.service.failed"))
+        except OSError:
+            return False
+
     def pci_gpu_count(self) -> int:
         """NVIDIA GPUs on the node's PCI bus (an Xid 79 GPU is off the bus), driver or not."""
         return sum(1 for gpu in self._node.hw().get("gpus") or [] if gpu.get("on_bus", True))

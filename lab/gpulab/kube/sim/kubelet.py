@@ -72,6 +72,8 @@ class _ViewSnapshot:
         self.mig_capable = bool(view.mig_capable()) if self.up else False
         pci_count = getattr(view, "pci_gpu_count", None)
         self.pci_gpu_count = pci_count() if callable(pci_count) else None
+        failed = getattr(view, "kubelet_failed", None)      # the node's kubelet process refused to start
+        self.kubelet_failed = bool(failed()) if self.up and callable(failed) else False
 
 
 class Kubelet:
@@ -90,6 +92,7 @@ class Kubelet:
         self._armed = {}                 # fault kind -> callback(kind): applied at the node's next boot
         self._view_dirty = True
         self._snapshot = None
+        self._kubelet_was_failed = False  # the node's kubelet refused to start: it restarts when it serves again
         self._snapshot_at = 0.0
         self._ever_had_gpus = False
         self._boot_id = None
@@ -130,7 +133,8 @@ class Kubelet:
         return self._snapshot
 
     def serving(self) -> bool:
-        return bool(self._snapshot and self._snapshot.up) and "kubelet-down" not in self.faults
+        return bool(self._snapshot and self._snapshot.up) and "kubelet-down" not in self.faults \
+            and not self._snapshot.kubelet_failed
 
     def is_gpu_node(self, snapshot: _ViewSnapshot) -> bool:
         if snapshot.pci_gpu_count is not None:
@@ -183,8 +187,14 @@ class Kubelet:
         snapshot = self._refresh_view(now)
         node = self.client.informer.get("nodes", self.name)
         if not self.serving():
+            self._kubelet_was_failed = self._kubelet_was_failed or snapshot.kubelet_failed
             self._post_unknown(node, now)
             return
+        if self._kubelet_was_failed:
+            # the node's kubelet started again after refusing: a new kubelet, whose plugins register again
+            self._kubelet_was_failed = False
+            if snapshot.boot_id == self._boot_id:
+                self._restart_kubelet(now, plugin_reregisters=True)
         if snapshot.boot_id != self._boot_id:
             self._boot(snapshot, now)
         if self._reregister_after is not None and now >= self._reregister_after:
