@@ -5,7 +5,9 @@ source of its variables, as hack/role_docs.py does for the roles.
     python hack/runbook_docs.py            rewrite the tables of docs/<runbook>.md for every spec
     python hack/runbook_docs.py --check    exit 1 and name the guides whose table is out of date
 
-The table goes between the lines `<!-- BEGIN RUNBOOK SPEC -->` and `<!-- END RUNBOOK SPEC -->` of the guide.
+The table goes between the lines `<!-- BEGIN RUNBOOK SPEC -->` and `<!-- END RUNBOOK SPEC -->` of the guide. The
+change engine's guide is docs/change_engine.md; each change kind's inputs (playbooks/specs/change_kinds/<kind>.yml)
+go into docs/change_<kind>.md.
 """
 from __future__ import annotations
 
@@ -20,6 +22,22 @@ import role_docs  # noqa: E402  pylint: disable=wrong-import-position
 
 REPO_DIR = role_docs.REPO_DIR
 SPECS_DIR = os.path.join(REPO_DIR, "playbooks", "specs")
+KIND_SPECS_DIR = os.path.join(SPECS_DIR, "change_kinds")
+GUIDE_OF = {"change": "change_engine.md"}
+
+
+def specs_and_guides():
+    """(spec name for the header, spec path, guide path) of every runbook and change kind."""
+    for name in sorted(os.listdir(SPECS_DIR)):
+        if name.endswith(".yml"):
+            runbook = name[:-len(".yml")]
+            yield (runbook, os.path.join(SPECS_DIR, name),
+                   os.path.join(REPO_DIR, "docs", GUIDE_OF.get(runbook, runbook + ".md")))
+    for name in sorted(os.listdir(KIND_SPECS_DIR)) if os.path.isdir(KIND_SPECS_DIR) else []:
+        if name.endswith(".yml"):
+            kind = name[:-len(".yml")]
+            yield ("change_kinds/" + kind, os.path.join(KIND_SPECS_DIR, name),
+                   os.path.join(REPO_DIR, "docs", "change_%s.md" % kind))
 BEGIN, END = "<!-- BEGIN RUNBOOK SPEC -->", "<!-- END RUNBOOK SPEC -->"
 
 
@@ -43,11 +61,9 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="only report guides that are out of date")
     args = parser.parse_args(argv)
     stale = []
-    for name in sorted(os.listdir(SPECS_DIR)):
-        runbook = name[:-len(".yml")]
-        with open(os.path.join(SPECS_DIR, name)) as handle:
+    for runbook, spec_path, path in specs_and_guides():
+        with open(spec_path) as handle:
             block = render(runbook, yaml.safe_load(handle))
-        path = os.path.join(REPO_DIR, "docs", runbook + ".md")
         with open(path) as handle:
             guide = handle.read()
         wanted = updated_guide(guide, block, path)

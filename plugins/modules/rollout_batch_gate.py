@@ -42,6 +42,11 @@ options:
     description: The most GPU nodes out at once, a count or a percentage of the GPU nodes (rounded down, at least 1).
     type: raw
     default: 1
+  count_budget:
+    description: Whether the batch takes nodes out of service and so spends O(max_unavailable); V(false) for a change
+      that keeps its nodes in service (the pause switch and the window still apply).
+    type: bool
+    default: true
   maintenance_window:
     description: C(days), C(start), C(end), C(timezone) as in M(gpuops.nvidia.driver_upgrade_plan); no window is
       always open.
@@ -131,6 +136,7 @@ def main():
         K8S_AUTH_ARG_SPEC,
         nodes=dict(type="list", elements="str", required=True),
         max_unavailable=dict(type="raw", default=1),
+        count_budget=dict(type="bool", default=True),
         maintenance_window=dict(type="dict"),
         lock_name=dict(type="str", default="gpuops-nvidia-rollout"),
         lock_namespace=dict(type="str", default="kube-system"),
@@ -148,7 +154,7 @@ def main():
     while True:
         nodes, lease = read_state(module, api)
         verdict = batch_gate(nodes, params["nodes"], params["max_unavailable"], params["maintenance_window"],
-                             datetime.datetime.now(datetime.timezone.utc), lease)
+                             datetime.datetime.now(datetime.timezone.utc), lease, params["count_budget"])
         only_budget = verdict["reasons"] and all(reason.startswith("budget spent") for reason in verdict["reasons"])
         waited = time.monotonic() - started
         if verdict["ok"] or not only_budget or module.check_mode or waited + params["interval"] > params["wait_timeout"]:

@@ -97,13 +97,13 @@ REQUIRED_OPTIONS = ("driver_version", "cluster_name", "nodes", "batches")
 HOOK_PATTERN = re.compile(r"[^{}%#\x00-\x1f]+\.ya?ml")
 
 
-def validate_inputs(options) -> list:
+def validate_inputs(options, required=REQUIRED_OPTIONS) -> list:
     """Every reason the inputs cannot be planned, [] when they can: ``{"option": name, "message": why}`` in a fixed
     order, each message with the value and what would do. ``options``: the driver_upgrade_plan module's options
     by name (those absent or None are not checked, but for the required ones). Needs no cluster; never raises, whatever the values."""
     errors = []
     for option, check in _CHECKS:
-        if option in REQUIRED_OPTIONS or options.get(option) is not None:
+        if option in required or options.get(option) is not None:
             errors.extend({"option": option, "message": message} for message in check(options[option], options))
     return errors
 
@@ -473,11 +473,11 @@ def parse_record(node: dict):
     return record if record is not None and record.get("state") in RECORD_STATES else None
 
 
-def dump_record(record: dict) -> str:
+def dump_record(record: dict, states=RECORD_STATES) -> str:
     """The annotation value of a record: compact JSON with sorted keys (stable across runs, readable with
-    kubectl)."""
-    if record.get("state") not in RECORD_STATES:
-        raise ValueError("record state must be one of %s, not %r" % (", ".join(RECORD_STATES), record.get("state")))
+    kubectl). ``states``: those the record may be in (the driver roll-out's by default)."""
+    if record.get("state") not in states:
+        raise ValueError("record state must be one of %s, not %r" % (", ".join(states), record.get("state")))
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
@@ -616,9 +616,10 @@ def pause_of(lease):
     return (who.strip() or "someone", why.strip() or "no reason given") if _colon else ("someone", value.strip())
 
 
-def batch_gate(nodes, batch, max_unavailable, window=None, now_utc=None, lease=None) -> dict:
+def batch_gate(nodes, batch, max_unavailable, window=None, now_utc=None, lease=None, count_budget=True) -> dict:
     """May this batch start now? Every reason it may not, from the cluster's Node JSON, the lock Lease and the
-    clock. The batch's own nodes that are already out (an interrupted run) are not counted twice."""
+    clock. The batch's own nodes that are already out (an interrupted run) are not counted twice. Without
+    ``count_budget`` (a change that keeps its nodes in service) the budget is not checked."""
     gpu_nodes = [node for node in nodes if is_gpu_node(node)]
     budget = max_unavailable_nodes(max_unavailable, len(gpu_nodes))
     out = unavailable_nodes(gpu_nodes)
@@ -631,7 +632,7 @@ def batch_gate(nodes, batch, max_unavailable, window=None, now_utc=None, lease=N
     if window and now_utc is not None and not in_maintenance_window(window, now_utc):
         reasons.append("outside the maintenance window %s-%s %s on %s" % (
             window["start"], window["end"], window.get("timezone", "UTC"), ",".join(window.get("days", WEEKDAYS))))
-    if len(would_be_out) > budget:
+    if count_budget and len(would_be_out) > budget:
         others = ", ".join("%s (%s)" % (name, why) for name, why in sorted(out.items()) if name not in batch)
         reasons.append("budget spent: %d GPU node(s) would be out, max_unavailable allows %d%s" % (
             len(would_be_out), budget, "; out now: " + others if others else ""))

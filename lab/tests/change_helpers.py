@@ -1,0 +1,52 @@
+"""Driving the change engine (`gpuops.nvidia.change`, issue 24) against a twin lab: `ChangeFleet(lab, tmp_path,
+kind)` runs the real runbook with ansible-playbook for one change kind (`run(inputs, **overrides)`) and reads each
+node's record of the kind back (`change_record`); the rest (nodes, lock, boots, the invariants from the twin's
+records) is upgrade_helpers.Fleet's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from upgrade_helpers import Fleet
+
+
+def record_annotation(kind: str) -> str:
+    return "gpuops.nvidia/change-" + kind.replace("_", "-")
+
+
+class ChangeFleet(Fleet):
+    def __init__(self, lab, tmp_path, kind: str):
+        super().__init__(lab, tmp_path)
+        self.kind = kind
+
+    def extra_vars(self, **overrides) -> dict:
+        values = {"gpuops_change_kind": self.kind, "gpuops_soak_seconds": 0, "gpuops_change_batches": [1, 2],
+                  "gpuops_run_record_dir": self.record_dir, "gpuops_ready_timeout": 120, "gpuops_drain_timeout": 60,
+                  "gpuops_budget_wait_timeout": 0}
+        values.update(overrides)
+        return values
+
+    def run(self, inputs=None, check=True, timeout=600, background=False, inventory=None, **overrides):
+        extra = self.extra_vars(**overrides)
+        if inputs is not None:
+            extra["gpuops_change_inputs"] = inputs
+        argv = ["ansible-playbook", "-i", inventory or os.path.join(self.lab.state_dir, "inventory.yml"),
+                "gpuops.nvidia.change", "-e", json.dumps(extra)]
+        if background:
+            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env=self.ansible_env(), start_new_session=True)
+        done = subprocess.run(argv, capture_output=True, text=True, env=self.ansible_env(), timeout=timeout)
+        output = done.stdout + done.stderr
+        if check and done.returncode != 0:
+            raise AssertionError("change %s failed (%d):\n%s" % (self.kind, done.returncode, output[-6000:]))
+        return done.returncode, output
+
+    def change_record(self, node: dict):
+        raw = (node["metadata"].get("annotations") or {}).get(record_annotation(self.kind))
+        return json.loads(raw) if raw else None
+
+    def run_record(self, run_id: str) -> dict:
+        with open(os.path.join(self.record_dir, "change-%s-%s.json" % (self.kind, run_id))) as stream:
+            return json.load(stream)
