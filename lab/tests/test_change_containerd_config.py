@@ -85,7 +85,7 @@ def node_files(fleet) -> dict:
     found = {}
     for node in NODES:
         out = fleet.lab.ssh(node, "sha256sum %s 2>/dev/null | cut -c1-64; echo -; sha256sum %s | cut -c1-64; "
-                                  "systemctl show -p MainPID --value containerd" % (DROP_IN, MAIN)).stdout.split()
+                                  "systemctl show containerd | grep ^MainPID=" % (DROP_IN, MAIN)).stdout.split()
         drop_in = out[0] if out[0] != "-" else None
         found[node] = (drop_in, out[-2], out[-1])
     return found
