@@ -44,7 +44,8 @@ def sandbox_error(dump: dict, handler, executable) -> str | None:
     name = handler or table.get("default_runtime_name") or "runc"
     runtime = (table.get("runtimes") or {}).get(name)
     if not isinstance(runtime, dict):
-        return 'rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "%s" is configured' % name
+        return ('rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "%s" is configured'
+                % name)
     binary = (runtime.get("options") or {}).get("BinaryName") or "runc"
     if executable(binary):
         return None
