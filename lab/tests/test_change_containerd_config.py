@@ -194,6 +194,8 @@ def test_a_failed_canary_stops_the_run_and_stays_cordoned_with_the_reason_in_its
     found = records(fleet)
     canary = next(node for node in NODES if found[node]["change"] != (good.get(node) or {}).get("change"))
     assert found[canary]["state"] == "failed" and "smoke" in found[canary]["reason"].lower(), found[canary]
+    # the record says why: the kubelet's sandbox error, naming the binary the node lacks
+    assert "FailedCreatePodSandBox" in found[canary]["reason"] and MISSING in found[canary]["reason"], found[canary]
     node = fleet.nodes()[canary]
     assert node["spec"].get("unschedulable") is True
     assert "containerd_config" in node["metadata"]["annotations"]["gpuops.nvidia/cordon-reason"]
