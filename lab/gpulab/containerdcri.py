@@ -3,9 +3,9 @@ the node): nothing printed when containerd would create it, else containerd's CR
 its ``FailedCreatePodSandBox`` event.
 
 The twin's pods are no containerd tasks, so this reads what would stop real ones: the ``containerd`` unit not
-running (its socket refuses: a drop-in it could not load killed it at its restart), the pod's runtime handler
-(its RuntimeClass's, else ``default_runtime_name``) absent from the configuration, or the handler's
-``options.BinaryName`` not an executable on the node. The configuration is what ``containerd config dump`` of the
+running (its socket refuses: a drop-in it could not load killed it at its restart), the pod's RuntimeClass handler
+absent from the configuration, or the handler's (else ``default_runtime_name``'s) ``options.BinaryName`` not an
+executable on the node. The configuration is what ``containerd config dump`` of the
 unit's config file shows now (the twin does not keep what the running daemon loaded: a change without a restart
 counts at once). Nodes whose ``containerd`` unit was never started with the node's ``systemctl`` (or was stopped)
 are not judged: the twin runs their pods without containerd, as it always did.
