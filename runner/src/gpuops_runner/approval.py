@@ -74,8 +74,17 @@ def cluster_view(plan):
     return {k: plan.get(k) for k in ("change_kind", "inputs", "batches", "state", "cluster", "collection_version")}
 
 
-def policy_for(change_kind, inventory_policy=None):
+def default_policy(engine_kinds=None):
+    """The risk table: DEFAULT_POLICY, then each change-engine kind's own default (``{kind: two_people}``, from the
+    collection's kinds table: collection.change_kinds)."""
     merged = {k: dict(v) for k, v in DEFAULT_POLICY.items()}
+    for kind, two_people in (engine_kinds or {}).items():
+        merged[kind] = {"require_approval": bool(two_people)}
+    return merged
+
+
+def policy_for(change_kind, inventory_policy=None, engine_kinds=None):
+    merged = default_policy(engine_kinds)
     for kind, rule in (inventory_policy or {}).items():
         merged.setdefault(kind, {}).update(rule or {})
     rule = merged.get(change_kind, {"require_approval": True})  # unknown kinds: two people

@@ -38,11 +38,15 @@ def add_runbook_parser(commands, name):
     sub = commands.add_parser(name, help=runbook.summary, epilog=EPILOG, description=description)
     sub.set_defaults(runbook=name)
     if name == "plan":
-        kinds = sorted(plans.CHANGE_KINDS)
-        sub.add_argument("change", nargs="?", choices=kinds, metavar="CHANGE_KIND",
-                         help="the change kind to plan (%s; default driver_upgrade)" % ", ".join(kinds))
+        sub.add_argument("change", nargs="?", type=options.change_kind, metavar="CHANGE_KIND",
+                         help="the change kind to plan: driver_upgrade (the default) or a kind of the change "
+                              "engine's table (node_labels, device_plugin_config, ...: docs/change_engine.md)")
         sub.add_argument("--out", metavar="PLAN",
                          help="write the plan file for gpuops approve / gpuops apply (docs/operations.md)")
+    if name == "change":
+        sub.add_argument("change", type=options.change_kind, metavar="CHANGE_KIND",
+                         help="the change kind (node_labels, device_plugin_config, containerd_config, ...: "
+                              "docs/change_engine.md); its inputs go in -e gpuops_change_inputs=...")
     sub.add_argument("-i", "--inventory", required=True,
                      help="any inventory source ansible accepts: a file, a directory, a script or plugin "
                           "configuration, or host1,host2,")

@@ -61,3 +61,15 @@ def audit_api(collections_path):
         raise CollectionNotFound("gpuops.nvidia was already imported from %s, not from %s"
                                  % (os.path.dirname(chain.__file__), expected))
     return chain, events, forward
+
+
+def change_kinds(collections_path):
+    """The change engine's kinds table of the collection (``KINDS`` of plugins/module_utils/rollout/change_kinds.py,
+    docs/change_engine.md) as ``{kind: two people by default}``; {} for a collection without the engine."""
+    audit_api(collections_path)   # the collection on sys.path, and the one imported from that path
+    # pylint: disable=import-outside-toplevel  # the collection's location is known only now
+    try:
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout import change_kinds as table
+    except ImportError:
+        return {}
+    return {name: bool(kind.two_person) for name, kind in table.KINDS.items()}

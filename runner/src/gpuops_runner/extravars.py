@@ -13,6 +13,7 @@ RESERVED = {
     "gpuops_confirm": "gpuops sets it, from --apply and the cluster name typed (--confirm)",
     "gpuops_run_id": "gpuops names the run",
     "gpuops_cluster_name": "the cluster name comes from the inventory: it is what --confirm is checked against",
+    "gpuops_approved_plan": "gpuops apply sets it, for the plan whose two-person rule it checked",
 }
 RESERVED_PREFIX = ("ansible_", "gpuops_audit_")
 

@@ -78,9 +78,10 @@ def the_cluster(listing):
     return next(iter(by_name))
 
 
-def approval_policy(listing, change_kind):
+def approval_policy(listing, change_kind, engine_kinds=None):
     """The change kind's two-person policy: the inventory's gpuops_approval_policy (one value on every node) over
-    the risk table's defaults. InventoryError when the nodes disagree or the value is malformed."""
+    the risk table's defaults (``engine_kinds``: the change engine's kinds, approval.default_policy).
+    InventoryError when the nodes disagree or the value is malformed."""
     hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
     values = {approval.canonical((hostvars.get(host) or {}).get(POLICY_VAR)) for host in nodes(listing)}
     if len(values) > 1:
@@ -91,7 +92,7 @@ def approval_policy(listing, change_kind):
         raise InventoryError("%s must map change kinds to rules (require_approval, allowed_signers, ttl_hours)"
                              % POLICY_VAR)
     try:
-        return approval.policy_for(change_kind, value)
+        return approval.policy_for(change_kind, value, engine_kinds)
     except (TypeError, ValueError) as error:
         raise InventoryError("%s: %s" % (POLICY_VAR, error))
 

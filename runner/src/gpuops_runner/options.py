@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 TEMPLATE_MARKS = ("{{", "{%", "{#")
 TEXT_MAX_CHARS = 4096
@@ -104,3 +105,16 @@ def positive_int(value):
     if number < 1:
         raise argparse.ArgumentTypeError("%d: keep at least 1 run" % number)
     return number
+
+
+CHANGE_KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+def change_kind(value):
+    """argparse type of CHANGE_KIND: a name as the kinds table writes them (whether the collection knows it is
+    checked once the collection is found: runbook.RunbookRun)."""
+    import argparse
+
+    if not CHANGE_KIND_PATTERN.match(value):
+        raise argparse.ArgumentTypeError("%r is not a change kind name (lower case letters, digits, _)" % value[:80])
+    return value

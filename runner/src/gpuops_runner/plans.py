@@ -2,7 +2,8 @@
 (runbook.py), docs/operations.md.
 
 The plan file comes from the runbook's own plan step, run as the dry run runs it: the result of its planning task
-(for the driver upgrade, `gpuops.nvidia.driver_upgrade_plan`) gives the batches and the nodes' state. `apply`
+(for the driver upgrade, `gpuops.nvidia.driver_upgrade_plan`; for every kind of the change engine,
+`gpuops.nvidia.change_plan` in `gpuops.nvidia.change`) gives the batches and the nodes' state. `apply`
 refuses before anything runs unless the plan file is intact, the change kind's policy (`gpuops_approval_policy` in
 the inventory, defaults from approval.DEFAULT_POLICY) is met, and a fresh dry run of the plan's inputs gives the
 same plan; then it runs the runbook confirmed with the plan's inputs. Each decision is a line of the audit trail
@@ -18,7 +19,7 @@ import json
 import os
 
 from gpuops_runner import approval, collection, exitcodes, inventory, options
-from gpuops_runner.runbook import RunbookRun, TrailUnwritable, operator
+from gpuops_runner.runbook import UPGRADE_KIND, RunbookRun, TrailUnwritable, operator
 
 # A change kind: the runbook whose dry run plans it, the runbook that applies it, the planning task's action and
 # how its result becomes the plan file's batches and node state.
@@ -26,13 +27,17 @@ ChangeKind = collections.namedtuple("ChangeKind", "plan_runbook apply_runbook pl
 POLICY_VAR = inventory.POLICY_VAR
 
 
+def batches_of(plan):
+    return [{"index": batch["index"], "kind": batch["kind"], "nodes": list(batch["nodes"])}
+            for batch in plan.get("batches") or []]
+
+
 def driver_upgrade_plan(result):
     """Batches and node state from the result of driver_upgrade_plan (its RETURN `plan`); None without a plan."""
     plan = (result or {}).get("plan")
     if not isinstance(plan, dict):
         return None
-    batches = [{"index": batch["index"], "kind": batch["kind"], "nodes": list(batch["nodes"])}
-               for batch in plan.get("batches") or []]
+    batches = batches_of(plan)
     state = {
         "target_version": plan.get("target_version"),
         "install_method": (plan.get("install") or {}).get("method"),
@@ -42,9 +47,35 @@ def driver_upgrade_plan(result):
     return batches, state
 
 
+def change_plan(result):
+    """Batches and state from the result of the change engine's change_plan (its RETURN `plan`): the change's id,
+    each node's action (start, continue, skip, ...), the blockers and the budget; None without a plan."""
+    plan = (result or {}).get("plan")
+    if not isinstance(plan, dict) or not plan.get("change_id"):
+        return None
+    nodes = plan.get("nodes") or {}
+    if isinstance(nodes, list):
+        nodes = {node.get("name"): node for node in nodes}
+    state = {
+        "change_id": plan["change_id"],
+        "kind": plan.get("kind"),
+        "max_unavailable": plan.get("max_unavailable"),
+        "blockers": list(plan.get("blockers") or []),
+        "nodes": {name: {"action": node.get("action")} for name, node in sorted(nodes.items())},
+    }
+    return batches_of(plan), state
+
+
 CHANGE_KINDS = {
-    "driver_upgrade": ChangeKind("plan", "upgrade", "gpuops.nvidia.driver_upgrade_plan", driver_upgrade_plan),
+    UPGRADE_KIND: ChangeKind("plan", "upgrade", "gpuops.nvidia.driver_upgrade_plan", driver_upgrade_plan),
 }
+# every kind of the change engine's table (docs/change_engine.md): planned and applied by gpuops.nvidia.change
+ENGINE_KIND = ChangeKind("plan", "change", "gpuops.nvidia.change_plan", change_plan)
+
+
+def kind_of(name):
+    """How the change kind ``name`` is planned and applied (whether the collection knows it: RunbookRun)."""
+    return CHANGE_KINDS.get(name, ENGINE_KIND)
 
 
 def inputs_of(run):
@@ -64,12 +95,23 @@ def collection_version(run):
 
 def planned(kind_name, run, created_by, now):
     """The plan body of a finished dry run, or None when its plan step gave no plan or no cluster is known."""
-    found = CHANGE_KINDS[kind_name].read_plan(run.captured)
+    found = kind_of(kind_name).read_plan(run.captured)
     if found is None or run.cluster is None:
         return None
     batches, state = found
     return approval.make_plan(kind_name, inputs_of(run), batches, run.cluster, collection_version(run), created_by,
                               now, state=state)
+
+
+def blocked(body):
+    """Why a plan cannot be approved as it is (the change engine's blockers: a node a previous run failed, another
+    change in flight, ...), or None: approving a plan the runbook would refuse serves no one."""
+    blockers = (body.get("state") or {}).get("blockers") or []
+    if not blockers:
+        return None
+    return "the plan is blocked (%s)" % "; ".join(
+        "%s: %s" % (item.get("node", "?"), item.get("reason")) if isinstance(item, dict) else str(item)
+        for item in blockers)
 
 
 def write_json(path, data):
@@ -82,18 +124,18 @@ def write_json(path, data):
 
 def plan_to_file(args, out, err):
     """`gpuops plan [KIND] ... --out PLAN`: the dry run, then the plan file and a `plan` line in the trail."""
-    kind_name = args.change or "driver_upgrade"
+    kind_name = args.change or UPGRADE_KIND
     target = os.path.abspath(os.path.expanduser(options.text("--out", args.out)))
     if not os.path.isdir(os.path.dirname(target)):
         raise options.UsageError("--out", "%s is not in an existing directory" % target)
     run = RunbookRun(args, ask=None, out=out, err=err)
-    run.capture_action = CHANGE_KINDS[kind_name].plan_action
+    run.capture_action = kind_of(kind_name).plan_action
 
     def write_plan(code):
         body = planned(kind_name, run, identity_of(run), datetime.datetime.now(datetime.timezone.utc))
-        if body is None:
+        if body is None or blocked(body):
             reason = ("the inventory names no one cluster (%s on every host)" % inventory.CLUSTER_VAR
-                      if run.cluster is None else "the plan step gave no plan")
+                      if run.cluster is None else "the plan step gave no plan" if body is None else blocked(body))
             err("gpuops: refused: %s: no plan file written" % reason)
             return exitcodes.REFUSED, {"reason": reason}
         try:
@@ -117,10 +159,9 @@ def read_plan(path):
             plan = json.load(stream)
     except (OSError, ValueError) as error:
         raise options.UsageError("PLAN", "%s cannot be read as a plan file (%s)" % (path, error))
-    if not isinstance(plan, dict) or plan.get("change_kind") not in CHANGE_KINDS \
-            or not isinstance(plan.get("inputs"), dict):
-        raise options.UsageError("PLAN", "%s is not a plan of a known change kind (%s)"
-                                 % (path, ", ".join(sorted(CHANGE_KINDS))))
+    if not isinstance(plan, dict) or not isinstance(plan.get("change_kind"), str) \
+            or not options.CHANGE_KIND_PATTERN.match(plan["change_kind"]) or not isinstance(plan.get("inputs"), dict):
+        raise options.UsageError("PLAN", "%s is not a plan file of gpuops plan --out" % path)
     return plan
 
 
@@ -141,10 +182,10 @@ def read_approvals(paths):
     return found
 
 
-def policy_of(change_kind, listing):
+def policy_of(change_kind, listing, engine_kinds=None):
     """The change kind's policy from the inventory (ApprovalRefused, exit 3, when it is malformed)."""
     try:
-        return inventory.approval_policy(listing, change_kind)
+        return inventory.approval_policy(listing, change_kind, engine_kinds)
     except inventory.InventoryError as error:
         raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: %s" % error)
 
@@ -164,13 +205,14 @@ def prove_applier(plan, identity, key, allowed_signers):
                                                           "against the allowed-signers file" % (identity, key))
 
 
-def run_args(args, runbook, inputs, apply):
+def run_args(args, runbook, change_kind, inputs, apply):
     """The command line of a runbook run made from the plan's inputs and the apply's own options."""
     extra_vars = inputs.get("extra_vars") or {}
     return argparse.Namespace(
-        runbook=runbook, inventory=inputs.get("inventory"), extra_vars=[json.dumps(extra_vars)] if extra_vars else [],
-        apply=apply, ticket=args.ticket, confirm=args.confirm if apply else None, limit=inputs.get("limit"),
-        diff=False, vault_password_file=args.vault_password_file, data_dir=args.data_dir, audit_log=args.audit_log,
+        runbook=runbook, change=change_kind, inventory=inputs.get("inventory"),
+        extra_vars=[json.dumps(extra_vars)] if extra_vars else [], apply=apply, ticket=args.ticket,
+        confirm=args.confirm if apply else None, limit=inputs.get("limit"), diff=False,
+        vault_password_file=args.vault_password_file, data_dir=args.data_dir, audit_log=args.audit_log,
         keep_runs=args.keep_runs, forks_cap=args.forks_cap, collections_path=args.collections_path,
         verbose=args.verbose, quiet=args.quiet)
 
@@ -183,11 +225,12 @@ def differences(plan, view):
 def apply_plan(args, ask, out, err):
     """`gpuops apply PLAN --ticket ...`: the checks of the two-person rule, the re-plan, then the confirmed run."""
     plan = read_plan(args.plan)
-    kind = CHANGE_KINDS[plan["change_kind"]]
+    kind = kind_of(plan["change_kind"])
     inputs = plan["inputs"]
     if not isinstance(inputs.get("inventory"), str):
         raise options.UsageError("PLAN", "%s names no inventory" % args.plan)
-    run = RunbookRun(run_args(args, kind.apply_runbook, inputs, apply=True), ask=ask, out=out, err=err)
+    run = RunbookRun(run_args(args, kind.apply_runbook, plan["change_kind"], inputs, apply=True), ask=ask, out=out,
+                     err=err)
     try:
         os.makedirs(run.data_dir, mode=0o700, exist_ok=True)
     except OSError as error:
@@ -216,7 +259,7 @@ def apply_plan(args, ask, out, err):
             listing = inventory.read_inventory(inputs["inventory"], environ, run.vault_password_file)
         except inventory.InventoryError as error:
             raise approval.ApprovalRefused(exitcodes.REFUSED, "gpuops: refused: -i/--inventory: %s" % error)
-        policy = policy_of(plan["change_kind"], listing)
+        policy = policy_of(plan["change_kind"], listing, run.engine_kinds)
         if policy["require_approval"]:
             prove_applier(plan, args.identity, args.key and os.path.expanduser(args.key), policy["allowed_signers"])
         used = approval.check_apply(plan, read_approvals(approval_files), args.identity, policy,
@@ -231,7 +274,8 @@ def apply_plan(args, ask, out, err):
         run.record("approval", approved_at=statement["approved_at"], expires_at=statement["expires_at"],
                    comment=statement.get("comment", ""), **about)
     # the re-plan: the dry run of the plan's inputs against the cluster as it is now
-    replan = RunbookRun(run_args(args, kind.plan_runbook, inputs, apply=False), ask=None, out=out, err=err)
+    replan = RunbookRun(run_args(args, kind.plan_runbook, plan["change_kind"], inputs, apply=False), ask=None, out=out,
+                        err=err)
     replan.capture_action = kind.plan_action
     code = replan.execute()
     fresh = planned(plan["change_kind"], replan, plan.get("created_by"),
@@ -246,6 +290,6 @@ def apply_plan(args, ask, out, err):
                                                "the plan (%s): re-plan" % ", ".join(changed)),
                       replan_run_id=replan.run_id, changed=changed)
     run.record("apply", replan_run_id=replan.run_id, **about)
-    run.from_plan = True
+    run.from_plan = plan["sha256"]
     run.start_fields = {"plan_sha256": plan["sha256"], "applier": about["applier"], "approver": approver}
     return run.execute()

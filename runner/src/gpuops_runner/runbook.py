@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 
-from gpuops_runner import (approval, collection, controller, exitcodes, extravars, inventory, options, process,
+from gpuops_runner import (collection, controller, exitcodes, extravars, inventory, options, process,
                            progress, repairs, report, timeline)
 
 # fixed_vars: extra vars the subcommand sets (-e cannot); repairs: it needs --limit and its trail names the repairs
@@ -35,9 +35,21 @@ RUNBOOKS = {
                       "(dry run: what would be repaired, per node and case; --apply repairs)",
                       (("gpuops_remediate", True),), True),
     "plan": Runbook("driver_upgrade", False,
-                    "print the driver upgrade's plan by batch, never changing anything (always --check, never "
-                    "--apply)"),
+                    "print a change's plan by batch (the driver upgrade's, or a change kind's of the change engine), "
+                    "never changing anything (always --check, never --apply)"),
+    "change": Runbook("change", True,
+                      "make a change of one change kind (node labels, device plugin or containerd configuration, "
+                      "...) across the GPU nodes: canary, then batches, each node applied and verified (dry run: "
+                      "the plan; --apply changes the nodes)"),
 }
+# the change engine (docs/change_engine.md): one runbook for every change kind of the collection's kinds table,
+# told which one by this variable (set by gpuops from CHANGE_KIND, never with -e)
+ENGINE_PLAYBOOK = "change"
+CHANGE_KIND_VAR = "gpuops_change_kind"
+# the sha256 of the plan gpuops apply checked: without it the engine's runbook refuses to change the cluster where the
+# kind's policy asks for a second operator (its own guard when run by hand)
+APPROVED_PLAN_VAR = "gpuops_approved_plan"
+UPGRADE_KIND = "driver_upgrade"
 # the extra var the runbooks check every host's gpuops_cluster_name against (gpuops sets it with --apply only)
 CONFIRM_VAR = "gpuops_confirm"
 AUDIT_CALLBACK = "gpuops.nvidia.audit"
@@ -47,6 +59,22 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 
 class Refused(Exception):
     pass
+
+
+def runbook_for(args):
+    """The runbook a command runs and the change kind it acts on (None for runbooks that are no change kind:
+    bootstrap, diagnose, repair). `gpuops plan KIND` plans a change-engine kind with the engine's runbook."""
+    runbook = RUNBOOKS[args.runbook]
+    kind = getattr(args, "change", None)
+    if runbook.playbook == UPGRADE_KIND:                    # upgrade, and plan without a kind
+        kind = kind or UPGRADE_KIND
+        if kind != UPGRADE_KIND:
+            runbook = runbook._replace(playbook=ENGINE_PLAYBOOK)
+    elif runbook.playbook != ENGINE_PLAYBOOK:
+        kind = None
+    if runbook.playbook == ENGINE_PLAYBOOK:
+        runbook = runbook._replace(fixed_vars=tuple(runbook.fixed_vars) + ((CHANGE_KIND_VAR, kind),))
+    return runbook, kind
 
 
 class TrailUnwritable(Exception):
@@ -196,7 +224,7 @@ class RunbookRun:
         self.ask = ask
         self.out = out
         self.err = err or (lambda text: None)
-        self.runbook = RUNBOOKS[args.runbook]
+        self.runbook, self.change_kind = runbook_for(args)
         self.run_id = new_run_id()
         self.inventory = options.text("-i/--inventory", args.inventory)
         self.ticket = options.ticket(args.ticket) if args.ticket is not None else None
@@ -211,6 +239,12 @@ class RunbookRun:
                     if args.collections_path is not None else None)
         self.collections_path = collection.find_collections_path(explicit)
         self.chain, self.events, forward = collection.audit_api(self.collections_path)
+        # the change engine's kinds: which CHANGE_KIND it knows, and each kind's default of the two-person rule
+        self.engine_kinds = collection.change_kinds(self.collections_path) if self.change_kind else {}
+        if self.runbook.playbook == ENGINE_PLAYBOOK and self.change_kind not in self.engine_kinds:
+            raise options.UsageError("CHANGE_KIND", "%r is not a change kind of gpuops.nvidia at %s (%s)" % (
+                self.change_kind, collection.collection_root(self.collections_path),
+                ", ".join(sorted(set(self.engine_kinds) | {UPGRADE_KIND}))))
         self.forwarder = syslog_forwarder(forward, os.environ)
         self.run_dir = os.path.join(self.data_dir, "runs", self.run_id)
         key = os.environ.get(self.events.HMAC_KEY_ENV)
@@ -223,7 +257,7 @@ class RunbookRun:
         self.captured = None
         self.start_fields = {}
         self.extra_vars = {}
-        self.from_plan = False  # gpuops apply PLAN: the two-person rule was checked before this run
+        self.from_plan = None   # gpuops apply PLAN: the plan's sha256, its two-person rule checked before this run
         self.after_run = None   # called with the exit code before runner_end; returns the code and its fields
 
     @property
@@ -289,15 +323,15 @@ class RunbookRun:
             listing = inventory.read_inventory(self.inventory, dict(os.environ, **env), self.vault_password_file)
         except inventory.InventoryError as error:
             raise Refused("-i/--inventory: %s" % error)
-        if self.args.apply and not self.from_plan and self.runbook.playbook in approval.DEFAULT_POLICY:
+        if self.args.apply and not self.from_plan and self.change_kind is not None:
             try:
-                policy = inventory.approval_policy(listing, self.runbook.playbook)
+                policy = inventory.approval_policy(listing, self.change_kind, self.engine_kinds)
             except inventory.InventoryError as error:
                 raise Refused("-i/--inventory: %s" % error)
             if policy["require_approval"]:
                 raise Refused("%s: %s needs the approval of a second operator: gpuops plan %s --out PLAN, gpuops "
                               "approve PLAN, gpuops apply PLAN (docs/operations.md)"
-                              % (inventory.POLICY_VAR, self.runbook.playbook, self.runbook.playbook))
+                              % (inventory.POLICY_VAR, self.change_kind, self.change_kind))
         spec = os.path.join(collection.collection_root(self.collections_path), "playbooks", "specs",
                             self.runbook.playbook + ".yml")
         self.controller = controller.settings(len(inventory.nodes(listing)), spec, extra_vars,
@@ -311,6 +345,8 @@ class RunbookRun:
         if self.args.apply:
             confirm_cluster(self.cluster, self.confirm, self.ask)
             extra_vars[CONFIRM_VAR] = self.cluster
+            if self.from_plan and self.runbook.playbook == ENGINE_PLAYBOOK:
+                extra_vars[APPROVED_PLAN_VAR] = self.from_plan
         return extra_vars
 
     def _on_signal(self, signum, frame):
