@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 
-from gpulab import driverload, faults as node_faults, noderuntime, personality, rancherlayout, sshkeys
+from gpulab import containerdcri, driverload, faults as node_faults, noderuntime, personality, rancherlayout, sshkeys
 from gpulab.faults import FaultError, parse_fault
 from gpulab.layer import nvidia_function
 from gpulab.nvidia.profiles import CLI_PROFILES
@@ -596,6 +596,28 @@ class NodeView:
             return os.path.exists(node.root_path("/run/gpulab-systemd/kubelet.service.failed"))
         except OSError:
             return False
+
+    def container_runtime_judged(self) -> bool:
+        """Whether the node runs its pods through its containerd (its unit was started with the node's systemctl
+        and not stopped): a file read, cheap enough for every new pod."""
+        node = self._node
+        if not node.holder_pid:
+            return False
+        try:
+            with open(node.root_path(containerdcri.SYSTEMD_STARTED)) as stream:
+                return containerdcri.judged(stream.read())
+        except OSError:
+            return False
+
+    def container_runtime_blocker(self, handler=None):
+        """containerd's error creating a pod sandbox for runtime ``handler`` (None: its default runtime) on this
+        node now (``gpulab.containerdcri`` run inside the node, which runs ``containerd config dump``); None when it
+        would create it or the node is not judged."""
+        if not self.is_up() or not self.container_runtime_judged():
+            return None
+        argv = ["env", "PYTHONPATH=/opt/gpulab/lib", "/usr/bin/python3", "-m", "gpulab.containerdcri"]
+        rc, stdout, _stderr = self._node.run(argv + ([handler] if handler else []), timeout=30)
+        return (stdout.strip() or None) if rc == 0 else None
 
     def pci_gpu_count(self) -> int:
         """NVIDIA GPUs on the node's PCI bus (an Xid 79 GPU is off the bus), driver or not."""

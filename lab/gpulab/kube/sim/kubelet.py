@@ -34,6 +34,7 @@ from .containers import ContainerProcesses, container_argv, container_env
 from .driverpod import OperatorPods
 from .gpuinject import gets_gpus, injected
 from .images import ImagePulls
+from .sandboxes import Sandboxes
 from .multicontainer import MultiContainerPods
 from .pods import (PodLogs, command_argv, container_id, go_duration, plain_amount, pod_status_base,
                    restarts_after_exit)
@@ -116,6 +117,7 @@ class Kubelet:
         self.operator_pods = OperatorPods(self)
         self.multi_container_pods = MultiContainerPods(self)
         self.image_pulls = ImagePulls(self)
+        self.sandboxes = Sandboxes(self)
         view.subscribe(self._on_view_event)
 
     # --- node twin events -----------------------------------------------------------------------
@@ -362,7 +364,7 @@ class Kubelet:
                 self.operator_pods.sync(pod, pods, now)
             elif deviceplugin.is_device_plugin_pod(pod):
                 self._sync_plugin_pod(pod, now)
-            elif self.image_pulls.failing(pod, now):
+            elif self.sandboxes.failing(pod, now) or self.image_pulls.failing(pod, now):
                 continue
             elif self.multi_container_pods.handles(pod):
                 self.multi_container_pods.sync(pod, now)
@@ -376,6 +378,7 @@ class Kubelet:
     def _forget_gone_pods(self, pods: list) -> None:
         """Drop runtime state of pods removed without graceful deletion (force delete, namespace delete)."""
         present = {meta(pod).get("uid") for pod in pods}
+        self.sandboxes.forget_all_but(present)
         for uid in [uid for uid in self._runtime if uid not in present]:
             del self._runtime[uid]
             self.operator_pods.forget(uid)
@@ -422,6 +425,7 @@ class Kubelet:
             self.processes.forget(key)
         self.processes.missing_program.discard(uid)
         self._runtime.pop(uid, None)
+        self.sandboxes.forget(uid)
         if self._stale_plugin_uid == uid:
             self._stale_plugin_uid = None
         if deviceplugin.is_device_plugin_pod(pod) and self._registered_by == uid:
