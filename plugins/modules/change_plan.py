@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: change_plan
 short_description: Validate a change's inputs and plan its batches from the cluster's state
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The plan step of the C(gpuops.nvidia.change) runbook, the engine every risky operation of the risk table goes
     through (docs/change_engine.md). Reads the cluster (nodes, the kured lock DaemonSet, and for a kind that drains,

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_change_record
 short_description: Move the records of a batch of nodes for one change to their next step
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Writes each node's C(gpuops.nvidia/change-<kind>) annotation, the resume point of the C(gpuops.nvidia.change)
     runbook for one change kind, as compact JSON (C(change), C(state), C(run_id), C(previous), C(reason), and

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_labels
 short_description: Set or remove labels on a batch of nodes in one process
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Gives every node of O(names) the labels of O(labels) (a null value removes the label), each node with one merge
     patch conditional on its resourceVersion (re-read and retried on a conflict). A node that has them already is not
