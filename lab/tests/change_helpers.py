@@ -1,13 +1,12 @@
 """Driving the change engine (`gpuops.nvidia.change`, issue 24) against a twin lab: `ChangeFleet(lab, tmp_path,
-kind)` runs the real runbook with ansible-playbook for one change kind (`run(inputs, **overrides)`) and reads each
-node's record of the kind back (`change_record`); the rest (nodes, lock, boots, the invariants from the twin's
-records) is upgrade_helpers.Fleet's.
+kind)` runs the real runbook with ansible-playbook for one change kind (`run(inputs, **overrides)`, upgrade_helpers.
+Fleet's `run` with the kind's variables) and reads each node's record of the kind back (`change_record`); the rest
+(nodes, lock, boots, the invariants from the twin's records) is upgrade_helpers.Fleet's.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 from upgrade_helpers import Fleet
 
@@ -17,6 +16,8 @@ def record_annotation(kind: str) -> str:
 
 
 class ChangeFleet(Fleet):
+    RUNBOOK = "change"
+
     def __init__(self, lab, tmp_path, kind: str):
         super().__init__(lab, tmp_path)
         self.kind = kind
@@ -31,19 +32,12 @@ class ChangeFleet(Fleet):
         return values
 
     def run(self, inputs=None, check=True, timeout=600, background=False, inventory=None, **overrides):
-        extra = self.extra_vars(**overrides)
         if inputs is not None:
-            extra["gpuops_change_inputs"] = inputs
-        argv = ["ansible-playbook", "-i", inventory or os.path.join(self.lab.state_dir, "inventory.yml"),
-                "gpuops.nvidia.change", "-e", json.dumps(extra)]
-        if background:
-            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    env=self.ansible_env(), start_new_session=True)
-        done = subprocess.run(argv, capture_output=True, text=True, env=self.ansible_env(), timeout=timeout)
-        output = done.stdout + done.stderr
-        if check and done.returncode != 0:
-            raise AssertionError("change %s failed (%d):\n%s" % (self.kind, done.returncode, output[-6000:]))
-        return done.returncode, output
+            overrides["gpuops_change_inputs"] = inputs
+        return super().run(check, timeout, background, inventory, **overrides)
+
+    def run_label(self) -> str:
+        return "change %s" % self.kind
 
     def change_record(self, node: dict):
         raw = (node["metadata"].get("annotations") or {}).get(record_annotation(self.kind))

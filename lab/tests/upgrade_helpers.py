@@ -24,6 +24,8 @@ DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 class Fleet:
     """A running lab plus the runbook's command line and the cluster's view, through kubectl-free API reads."""
 
+    RUNBOOK = "driver_upgrade"      # the runbook `run` runs (gpuops.nvidia.<RUNBOOK>)
+
     def __init__(self, lab, tmp_path):
         self.lab = lab
         self.record_dir = str(tmp_path / "runs")
@@ -50,15 +52,18 @@ class Fleet:
 
     def run(self, check=True, timeout=900, background=False, inventory=None, **overrides):
         argv = ["ansible-playbook", "-i", inventory or os.path.join(self.lab.state_dir, "inventory.yml"),
-                "gpuops.nvidia.driver_upgrade", "-e", json.dumps(self.extra_vars(**overrides))]
+                "gpuops.nvidia." + self.RUNBOOK, "-e", json.dumps(self.extra_vars(**overrides))]
         if background:
             return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=self.ansible_env(), start_new_session=True)
         done = subprocess.run(argv, capture_output=True, text=True, env=self.ansible_env(), timeout=timeout)
         output = done.stdout + done.stderr
         if check and done.returncode != 0:
-            raise AssertionError("driver_upgrade failed (%d):\n%s" % (done.returncode, output[-6000:]))
+            raise AssertionError("%s failed (%d):\n%s" % (self.run_label(), done.returncode, output[-6000:]))
         return done.returncode, output
+
+    def run_label(self) -> str:
+        return self.RUNBOOK
 
     def module(self, name: str, args: dict) -> None:
         """Run one of the collection's Kubernetes modules on the controller with the lab's kubeconfig."""

@@ -197,12 +197,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.change_kinds
 REQUIRED = ("cluster_name", "nodes")
 
 
-def refuse(module, errors):
-    if errors:
-        lines = planner.error_lines(errors)
-        module.fail_json(msg="refused before anything was touched: " + "; ".join(lines), errors=lines, invalid=errors)
-
-
 def read_kured(module, api):
     location = module.params["kured_daemonset"] or {}
     try:
@@ -241,13 +235,14 @@ def main():
         kured_daemonset=dict(type="dict", default={"namespace": "kube-system", "name": "kured"}),
     ), supports_check_mode=True)
     params = module.params
-    refuse(module, planner.validate_inputs(params, required=REQUIRED))
+    planner.refuse_invalid(module, planner.validate_inputs(params, required=REQUIRED))
     api = api_client_from_module(module)
     try:
         nodes = list_json(list_call(api, resource_path("v1", "nodes")))[0]
     except Exception as error:
         module.fail_json(msg=api_error_message(error, "list nodes"))
-    refuse(module, planner.unknown_node_errors(params["nodes"], [node["metadata"]["name"] for node in nodes]))
+    known = [node["metadata"]["name"] for node in nodes]
+    planner.refuse_invalid(module, planner.unknown_node_errors(params["nodes"], known))
     plan = engine.build_change_plan(params["kind"], params["inputs"], params["nodes"], nodes, params["batches"],
                                     params["canary_nodes"], params["max_unavailable"], params["spread_label"],
                                     read_kured(module, api))

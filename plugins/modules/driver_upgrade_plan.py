@@ -350,13 +350,6 @@ def install_plan(params, nodes, policies, drivers):
     return install, blockers, ours
 
 
-def refuse(module, errors):
-    """Fail, naming every bad option, when ``errors`` (planner.validate_inputs) is not empty."""
-    if errors:
-        lines = planner.error_lines(errors)
-        module.fail_json(msg="refused before anything was touched: " + "; ".join(lines), errors=lines, invalid=errors)
-
-
 def main():
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
@@ -387,10 +380,11 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
     # the cheap checks first: a malformed input fails before the cluster is even read
-    refuse(module, planner.validate_inputs(params))
+    planner.refuse_invalid(module, planner.validate_inputs(params))
     api = api_client_from_module(module)
     nodes, kured, waiting, pods, pdbs = read_cluster(module, api)
-    refuse(module, planner.unknown_node_errors(params["nodes"], [node["metadata"]["name"] for node in nodes]))
+    known = [node["metadata"]["name"] for node in nodes]
+    planner.refuse_invalid(module, planner.unknown_node_errors(params["nodes"], known))
     policies, drivers = read_operator_resources(module, api)
     install, install_blockers, operator_ours = install_plan(params, nodes, policies, drivers)
     plan = planner.build_plan(

@@ -120,6 +120,14 @@ def error_lines(errors) -> list:
     return ["%s: %s" % (error["option"], error["message"]) for error in errors]
 
 
+def refuse_invalid(module, errors) -> None:
+    """Fail the planning module, naming every bad option (``errors``: validate_inputs'), when there are any; the
+    runbook maps ``invalid`` to its own variables."""
+    if errors:
+        lines = error_lines(errors)
+        module.fail_json(msg="refused before anything was touched: " + "; ".join(lines), errors=lines, invalid=errors)
+
+
 def _is_node_name(name) -> bool:
     return isinstance(name, str) and len(name) <= 253 and NODE_NAME_PATTERN.fullmatch(name) is not None
 
