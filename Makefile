@@ -14,12 +14,13 @@ COLLECTION_DIR := $(TREE)/ansible_collections/gpuops/nvidia
 SANITY_PYTHON ?= 3.11
 TARGET_PYTHONS ?= 3.9 3.10 3.12 3.13
 PYTEST_LAB ?= -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25
+# fleet-size twin tests (pytest.mark.fleet: 16 nodes, about 10 min on one worker) run outside CI: make lab-test-fleet
 STATE_DIR ?= $(CURDIR)/lab-state
 APT_PACKAGES ?= hack/apt-packages.txt
 # <ansible-core minor>:<python>: the floor of meta/runtime.yml and the newest requirements.txt allows
 MATRIX ?= 2.16:3.11 2.21:3.13
 
-.PHONY: help deps venv tree sanity units lint changelog-lint lab-test release-check docs test test-matrix demo clean chaos
+.PHONY: help deps venv tree sanity units lint changelog-lint lab-test lab-test-fleet release-check docs test test-matrix demo clean chaos
 
 help:
 	@echo "make test    sanity (ansible-test), units (ansible-test), ansible-lint (production), twin tests"
@@ -27,6 +28,7 @@ help:
 	@echo "make test-matrix   unit tests + diagnose twin run on ansible-core $(MATRIX) (own venvs .venv-ac*)"
 	@echo "make release-check   build the tarball, install it, ansible-doc every plugin, syntax-check every runbook"
 	@echo "make docs    the docs site (antsibull-docs + Sphinx) into $(DOCS_DEST), failing on any warning"
+	@echo "make lab-test-fleet   the fleet-size twin tests (16 nodes; outside CI, about 10 min)"
 	@echo "make deps | venv | sanity | units | lint | lab-test | clean"
 
 deps:
@@ -72,7 +74,11 @@ lint: tree
 
 lab-test: tree
 	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
-	  $(BIN)/python -m pytest $(PYTEST_LAB) lab/tests
+	  $(BIN)/python -m pytest $(PYTEST_LAB) -m "not fleet" lab/tests
+
+lab-test-fleet: tree
+	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
+	  $(BIN)/python -m pytest $(PYTEST_LAB) -m fleet lab/tests
 
 # ~15 s: build the tarball, install it into an empty collections path, ansible-doc and syntax-check from there
 release-check: venv

@@ -44,6 +44,12 @@ LONGEST_FIRST = (
 )
 
 
+# Fleet-size tests (16 nodes and more; minutes each on one worker) carry ``pytest.mark.fleet``: `make lab-test` (CI)
+# leaves them out, `make lab-test-fleet` runs them, as it runs the benchmarks and the chaos soak, outside CI's time.
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fleet: a fleet-size twin test, run by make lab-test-fleet, not by CI")
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))

@@ -17,7 +17,8 @@ import pytest
 from conftest import collections_path, start_lab, stop_lab
 from upgrade_helpers import DRIVER_LABEL, NEW, OLD, Fleet
 
-pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
+pytestmark = [pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)"),
+              pytest.mark.fleet]
 
 NODES = ["gpu-node-%02d" % index for index in range(1, 17)]
 DRAIN_FAILS, VERIFY_FAILS = "gpu-node-03", "gpu-node-04"
