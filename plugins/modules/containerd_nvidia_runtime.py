@@ -19,13 +19,17 @@ description:
   - The drop-in starts from a copy of the main config's CRI plugin table, because containerd 1.6 and 1.7 replace
     a whole plugin table from an imported file. Each NVIDIA runtime copies the options of the low-level runtime
     (the non-NVIDIA default runtime, else C(runc), else C(crun)), as C(nvidia-ctk) does.
+  - The default runtime, C(runc) and C(crun) that containerd runs with today (C(containerd config dump), or
+    C(containerd config default) without a main config) are repeated in the drop-in where the main config does not
+    name them. containerd 1.6 and 1.7 replace the whole C(runtimes) table from the drop-in, and without C(runc)
+    (Debian's and Ubuntu's stock configs name none) its CRI plugin would not load.
   - On k3s and RKE2 the generated C(config.toml) is never edited. When the generated config imports
     C(config-v3.toml.d/*.toml) or C(config.toml.d/*.toml) (recent k3s and RKE2 releases), the drop-in goes there.
     Otherwise the NVIDIA runtime comes from k3s's own detection of C(nvidia-container-runtime) and, with
     O(set_as_default), a C(config.yaml.d) file sets C(default-runtime).
   - Validates with the real C(containerd config dump) before (a broken config fails the task before anything
-    changes) and after the write (the dump must show every runtime, C(enable_cdi) and the default runtime
-    asked for; otherwise the previous files are restored and the task fails).
+    changes) and after the write (the dump must show every runtime, C(enable_cdi), the default runtime asked for
+    and an entry for the default runtime; otherwise the previous files are restored and the task fails).
   - Never restarts anything. When it changes a file it leaves a marker file; RV(restart_pending) is true until
     the caller restarts RV(service) and removes the marker.
 author: gpuops.nvidia contributors (@gpuops)
@@ -345,12 +349,12 @@ def _configure_containerd(module, result, runtimes, containerd):
         module.fail_json(msg="%s not found: install containerd first (or set containerd)" % params["containerd"])
     version = containerd.version()
     main_text = _read(module, config_path)
-    if params["validate"] and main_text is not None:
-        _dump_or_fail(module, containerd, config_path, "before the change, nothing changed")
+    running = _running_config(module, containerd, config_path, main_text)
     main = _parse(module, config_path, main_text)
     plan = _Plan()
     try:
         config_version = cc.choose_config_version(version, main)
+        main = cc.with_built_in_runtimes(main, running, config_version)
         drop_in = _render(module, main, config_version, version, runtimes, result)
         new_main, _changed = cc.add_import(main_text or "", config_version, drop_in_path)
     except cc.ContainerdConfigError as exc:
@@ -361,6 +365,29 @@ def _configure_containerd(module, result, runtimes, containerd):
                   cri_plugin=cc.cri_plugin_name(config_version), config_path=config_path,
                   drop_in_path=drop_in_path, service="containerd")
     return plan, config_path, containerd.binary is not None
+
+
+def _running_config(module, containerd, config_path, main_text):
+    """What containerd makes of its configuration today (parsed), for the runtimes the drop-in must repeat:
+    `config dump` of the main config, or `config default` where there is none (containerd then runs on its
+    defaults). A dump that fails fails the task when validating, before anything changes."""
+    if main_text is None:
+        result = containerd.runner.run([containerd.binary, "config", "default"])
+        if result.rc == 0:
+            try:
+                return _toml.loads(result.stdout)
+            except _toml.TOMLError:
+                pass
+        module.warn("containerd config default failed: the drop-in repeats only the runtimes the main config names")
+        return None
+    dump, error = containerd.dump(config_path)
+    if error is not None:
+        if module.params["validate"]:
+            module.fail_json(msg="containerd config dump of %s failed before the change, nothing changed: %s"
+                                 % (config_path, error))
+        module.warn("containerd config dump of %s failed (%s): the drop-in repeats only the runtimes the main "
+                    "config names" % (config_path, error))
+    return dump
 
 
 def _render(module, main, config_version, containerd_version, runtimes, result):

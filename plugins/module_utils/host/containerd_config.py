@@ -112,6 +112,32 @@ def add_runtime(cri, name, binary, set_as_default, runtime_type=RUNC_V2):
         cri["containerd"]["default_runtime_name"] = name
 
 
+def with_built_in_runtimes(main_config, dump, config_version):
+    """The main config with the CRI runtimes the drop-in must repeat from `containerd config dump` (a copy).
+
+    containerd 1.x decodes a config's `runtimes` table over its built-in one as a whole: a drop-in that names only
+    the NVIDIA runtimes drops the built-in `runc` while `default_runtime_name` stays `runc`, and the CRI plugin does
+    not load ("no corresponding runtime configured in `containerd.runtimes`", recorded with Debian 12's 1.6.20).
+    So the default runtime, `runc` and `crun` of the running configuration, where the main file does not name them,
+    are taken from the dump (nvidia-ctk reads the dump for the same reason). A dump in another schema than the
+    drop-in's (containerd 2.x migrating a version 2 file) is not used: 2.x merges the runtimes tables.
+    """
+    if not isinstance(dump, dict) or dump.get("version") != config_version:
+        return main_config
+    plugin = cri_plugin_name(config_version)
+    dumped_cri = (dump.get("plugins") or {}).get(plugin) or {}
+    dumped_runtimes = (dumped_cri.get("containerd") or {}).get("runtimes") or {}
+    completed = copy.deepcopy(main_config or {})
+    cri = completed.setdefault("plugins", {}).setdefault(plugin, {})
+    if not isinstance(cri, dict):
+        raise ContainerdConfigError("plugins.%s of the containerd config is not a table" % plugin)
+    runtimes = _runtimes_table(cri)
+    for name in _low_level_runtimes(dumped_cri):
+        if name not in runtimes and isinstance(dumped_runtimes.get(name), dict):
+            runtimes[name] = copy.deepcopy(dumped_runtimes[name])
+    return completed
+
+
 def render_drop_in(main_config, config_version, runtimes, set_as_default=False, enable_cdi=False,
                    cdi_spec_dirs=None):
     """The drop-in document: version, the copied CRI table, the NVIDIA runtimes and the CDI keys.
@@ -226,6 +252,10 @@ def runtime_problems(dump, config_version, runtimes, enable_cdi, set_as_default)
             problems.append("runtime %s: BinaryName is %r, expected %r" % (name, found, binary))
     if enable_cdi and cri.get("enable_cdi") is not True:
         problems.append("enable_cdi is not true in plugins.%s" % plugin)
-    if set_as_default and (cri.get("containerd") or {}).get("default_runtime_name") != runtimes[0][0]:
+    default = (cri.get("containerd") or {}).get("default_runtime_name")
+    if set_as_default and default != runtimes[0][0]:
         problems.append("default_runtime_name is not %s" % runtimes[0][0])
+    if cri and default not in present:
+        problems.append("default_runtime_name %s has no entry in plugins.%s's runtimes: the CRI plugin would not "
+                        "load" % (default, plugin))
     return problems

@@ -227,3 +227,54 @@ def test_version_3_drop_in_has_no_keys_containerd_2x_ignores():
         assert "runtime_engine" not in runtime and "runtime_root" not in runtime
     version_2 = cc.render_drop_in({}, 2, NVIDIA_2X, True, True)
     assert version_2["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]["nvidia"]["runtime_engine"] == ""
+
+
+DEBIAN_DUMP = "containerd-1.6.20_debian12_config-dump.toml"
+
+
+def test_the_drop_in_repeats_runc_where_the_debian_config_names_no_runtime():
+    """containerd 1.x replaces its built-in runtimes table with the drop-in's: without runc there, the recorded
+    1.6.20 dump keeps default_runtime_name runc with no entry and the CRI plugin does not load."""
+    main = _toml.loads(fixture("debian12_containerd-1.6.20_etc_config.toml"))
+    dump = _toml.loads(fixture(DEBIAN_DUMP))
+    completed = cc.with_built_in_runtimes(main, dump, 2)
+    drop_in = cc.render_drop_in(completed, 2, [("nvidia", "/usr/bin/nvidia-container-runtime")])
+    runtimes = drop_in["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]
+    dumped_runc = dump["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]["runc"]
+    assert runtimes["runc"] == dumped_runc
+    assert runtimes["nvidia"]["options"] == dict(dumped_runc["options"],
+                                                 BinaryName="/usr/bin/nvidia-container-runtime")
+    assert drop_in["plugins"][cc.CRI_PLUGIN_V2]["cni"] == {"bin_dir": "/usr/lib/cni", "conf_dir": "/etc/cni/net.d"}
+    assert "runtimes" not in main["plugins"][cc.CRI_PLUGIN_V2].get("containerd", {}), "the source is not modified"
+
+
+def test_the_recorded_broken_merge_is_named_by_the_dump_check():
+    dump = _toml.loads(fixture("containerd-1.6.20_debian12_nvidia-only-drop-in_config-dump.toml"))
+    assert "runc" not in dump["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]
+    problems = cc.runtime_problems(dump, 2, [("nvidia", "/usr/bin/nvidia-container-runtime")], False, False)
+    assert problems == ["default_runtime_name runc has no entry in plugins.io.containerd.grpc.v1.cri's runtimes: "
+                        "the CRI plugin would not load"]
+    with open(os.path.join(FIXTURES, "containerd-1.6.20_debian12_nvidia-only-drop-in_cri-load-error.log")) as log:
+        assert "no corresponding runtime configured in `containerd.runtimes`" in log.read()
+
+
+def test_runtimes_the_main_config_names_are_its_own_and_ours_are_never_repeated():
+    main = {"version": 2, "plugins": {cc.CRI_PLUGIN_V2: {"containerd": {"runtimes": {
+        "runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}}}}}}
+    # a re-run: the dump shows our earlier drop-in (nvidia the default) over containerd's runc and a crun
+    dump = {"version": 2, "plugins": {cc.CRI_PLUGIN_V2: {"containerd": {
+        "default_runtime_name": "nvidia",
+        "runtimes": {"runc": {"options": {"SystemdCgroup": False}}, "crun": {"options": {"BinaryName": "crun"}},
+                     "nvidia": {"options": {"BinaryName": "/usr/bin/nvidia-container-runtime"}}}}}}}
+    runtimes = cc.with_built_in_runtimes(main, dump, 2)["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]
+    assert runtimes == {"runc": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}},
+                        "crun": {"options": {"BinaryName": "crun"}}}
+
+
+def test_a_dump_in_another_schema_is_not_used_and_no_dump_changes_nothing():
+    main = _toml.loads(fixture("debian12_containerd-1.6.20_etc_config.toml"))
+    dump_v3 = _toml.loads(fixture("containerd-2.1.9_debian-sid_v2-config-and-drop-in_config-dump.toml"))
+    assert cc.with_built_in_runtimes(main, dump_v3, 2) is main
+    assert cc.with_built_in_runtimes(main, None, 2) is main
+    completed = cc.with_built_in_runtimes(None, _toml.loads(fixture(DEBIAN_DUMP)), 2)
+    assert set(completed["plugins"][cc.CRI_PLUGIN_V2]["containerd"]["runtimes"]) == {"runc"}

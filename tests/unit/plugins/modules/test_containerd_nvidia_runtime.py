@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -214,3 +216,34 @@ def test_auto_flavor_with_a_data_dir_is_refused(capsys, tmp_path):
     args["flavor"] = "auto"
     rc, result = run_module(capsys, check_mode=True, **args)
     assert rc == 1 and "needs flavor k3s or rke2" in result["msg"]
+
+
+@needs_containerd
+@pytest.mark.parametrize("main_config", ["debian", "missing"])
+def test_the_real_containerd_loads_its_cri_plugin_with_the_drop_in(capsys, paths, tmp_path, main_config):
+    """containerd 1.6/1.7 replace their built-in runtimes with the drop-in's: the drop-in must repeat runc, or the
+    CRI plugin does not load (recorded: containerd-1.6.20_debian12_nvidia-only-drop-in_cri-load-error.log)."""
+    if main_config == "missing":
+        os.unlink(paths["config_path"])
+    rc, result = run_module(capsys, **paths)
+    assert rc == 0 and result["validated"], result
+    runtimes = _toml.loads(open(paths["drop_in_path"]).read())["plugins"]["io.containerd.grpc.v1.cri"][
+        "containerd"]["runtimes"]
+    assert set(runtimes) == {"runc", "nvidia"}
+    if os.geteuid() != 0:
+        return
+    log_path = tmp_path / "containerd.log"
+    with open(log_path, "w") as log:
+        daemon = subprocess.Popen([CONTAINERD, "--config", paths["config_path"], "--root", str(tmp_path / "root"),
+                                   "--state", str(tmp_path / "run"), "--address", str(tmp_path / "c.sock")],
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "containerd successfully booted" not in log_path.read_text():
+            time.sleep(0.2)
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+    text = log_path.read_text()
+    assert "containerd successfully booted" in text
+    assert "failed to load plugin io.containerd.grpc.v1.cri" not in text
