@@ -143,6 +143,43 @@ def module_processes_per_batch(timeline, spans):
     return counts
 
 
+def category_of(action):
+    """bench.category_of with this benchmark's list of controller modules (the batch-level runbook's too)."""
+    if action.rsplit(".", 1)[-1] in CONTROLLER_MODULES:
+        return "Kubernetes modules on the controller"
+    return bench.category_of(action)
+
+
+def batch_breakdown(timeline, spans):
+    """Where the wall of each batch goes: the tasks that started in its span, their spans (a task's start to the
+    next task's) summed by category, and how many tasks ran a module on some host, per category."""
+    ran = set(record["uuid"] for record in timeline if record["kind"] == "result" and record["status"] != "skipped")
+    marks = [record for record in timeline if record["kind"] in ("task", "play", "end")]
+    ended = timeline[-1]["ts"] if timeline else 0.0
+    batches = []
+    for start, end in spans:
+        seconds, tasks = {}, {}
+        for mark, following in zip(marks, marks[1:] + [{"ts": ended}]):
+            if mark["kind"] != "task" or not start <= mark["ts"] < end:
+                continue
+            name = category_of(mark["action"])
+            seconds[name] = round(seconds.get(name, 0.0) + min(following["ts"], end) - mark["ts"], 2)
+            if mark["uuid"] in ran:
+                tasks[name] = tasks.get(name, 0) + 1
+        batches.append({"seconds": seconds, "tasks_run": tasks})
+    return batches
+
+
+def add_breakdowns(results, work_dir):
+    """batch_breakdown of every run whose timeline is still in the work dir (measure() keeps it there)."""
+    for key, run in results.get("runs", {}).items():
+        path = os.path.join(work_dir, "%s-%d" % (bench.slug(run["label"]), run["nodes"]), "timeline.jsonl")
+        if os.path.exists(path):
+            timeline = bench.read_jsonl(path)
+            spans = bench.batch_spans(timeline, timeline[-1]["ts"], run["batches"])
+            run["batch_breakdown"] = batch_breakdown(timeline, spans)
+
+
 def measure(args, label, commit, nodes):
     from gpulab.testkit.api_records import requests
     from gpulab.testkit.lab import start_lab, stop_lab
@@ -269,6 +306,22 @@ def write_markdown(results, path):
     row("API requests per node", lambda run: "%.0f" % run["api_requests_per_node"])
     row("controller peak RSS MiB", lambda run: "%.0f" % run["controller_peak_rss_mib"])
     row("forks", lambda run: str(run["forks"]))
+    broken_down = [column for column in columns if runs["%s/%d" % column].get("batch_breakdown")]
+    if broken_down:
+        lines += ["", "## Where a full batch's wall goes", "",
+                  "The second batch of each run (the first full one after the canary): the spans of the tasks that "
+                  "started in it (a task's start to the next one's), summed by what the task runs, with the number "
+                  "of tasks that ran a module on some host. The floor (boot, install, drain, soak) sits inside "
+                  "these spans.", "",
+                  "| | " + " | ".join("%s, %d nodes" % column for column in broken_down) + " |",
+                  "|---|" + "---|" * len(broken_down)]
+        second = {column: runs["%s/%d" % column]["batch_breakdown"][min(1, len(
+            runs["%s/%d" % column]["batch_breakdown"]) - 1)] for column in broken_down}
+        names = sorted({name for batch in second.values() for name in batch["seconds"]})
+        for name in names:
+            lines.append("| %s | %s |" % (name, " | ".join(
+                "%.0f s (%d tasks)" % (second[column]["seconds"].get(name, 0.0),
+                                       second[column]["tasks_run"].get(name, 0)) for column in broken_down)))
     plans = results.get("plan", {})
     if plans:
         lines += ["", "## The plan and the health check on API-only nodes", "",
@@ -294,12 +347,15 @@ def main():
     parser.add_argument("--soak-batch", type=int, default=5)
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "bench-fleet-scale"))
     parser.add_argument("--results", default=os.path.join(RESULTS, "fleet_scale.json"))
-    parser.add_argument("--report", action="store_true", help="only rewrite the markdown from the JSON")
+    parser.add_argument("--report", action="store_true", help="only rewrite the markdown from the JSON (and add "
+                        "the per-batch breakdown of the runs whose timelines are in --work-dir)")
     args = parser.parse_args()
     args.callbacks, args.mitogen, args.forks = [], None, 5
     results = bench.load_results(args.results)
     results["machine"] = {"host": platform.node(), "cpus": os.cpu_count()}
-    if not args.report:
+    if args.report:
+        add_breakdowns(results, args.work_dir)
+    else:
         os.makedirs(args.work_dir, exist_ok=True)
         if args.plan_nodes:
             results.setdefault("plan", {})[str(args.plan_nodes)] = measure_plan(args, args.plan_nodes)
@@ -309,6 +365,7 @@ def main():
                     if commit is None:
                         continue
                     measured = measure(args, label, commit, nodes)
+                    add_breakdowns({"runs": {"new": measured}}, args.work_dir)
                     results.setdefault("runs", {})["%s/%d" % (label, nodes)] = measured
                     print(json.dumps(measured), flush=True)
                     with open(args.results, "w") as stream:     # each run kept as soon as it is measured

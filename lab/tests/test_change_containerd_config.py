@@ -38,8 +38,11 @@ def test_a_sandbox_is_refused_only_for_a_missing_runtime_or_its_missing_binary()
     runc = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
     assert containerdcri.sandbox_error(_dump(default="runc"), None, present) is None
     assert containerdcri.sandbox_error(_dump(), None, present) is None, "no default_runtime_name: runc"
-    # a default runtime missing from the dump is not judged (see containerdcri.sandbox_error)
-    assert containerdcri.sandbox_error(_dump(default="runc", runtimes={"nvidia": nvidia}), None, present) is None
+    # a default runtime missing from the dump: containerd 1.x runs without its CRI plugin, every sandbox fails
+    without_runc = _dump(default="runc", runtimes={"nvidia": nvidia})
+    for handler in (None, "nvidia"):
+        assert containerdcri.sandbox_error(without_runc, handler, present) == (
+            "rpc error: code = Unimplemented desc = unknown service runtime.v1.RuntimeService")
     with_nvidia = _dump(default="nvidia", runtimes={"runc": runc, "nvidia": nvidia})
     assert containerdcri.sandbox_error(with_nvidia, None, present) is None
     assert containerdcri.sandbox_error(with_nvidia, None, "runc".__eq__).endswith(
