@@ -102,9 +102,10 @@ clean:
 
 # the chaos soak of the driver roll-out (benchmarks/chaos.py, root): one round per seed, results in
 # benchmarks/results/chaos/<seed>.json and benchmarks/results/chaos.md; CHAOS_NODES=4 fixes the fleet size,
-# CHAOS_KINDS=connections adds the API server restart and early-closed watches, CHAOS_KINDS=ssh those and ssh-cut, CHAOS_KINDS=restarts those and api-down
+# CHAOS_JOBS=3 runs three rounds at once (each on its own twin), CHAOS_KINDS=connections adds the API server restart and early-closed watches, CHAOS_KINDS=ssh those and ssh-cut, CHAOS_KINDS=restarts those and api-down
 SEEDS ?= 1
 CHAOS_NODES ?=
+CHAOS_JOBS ?=
 chaos: deps tree
 	PYTHONPATH=$(CURDIR)/lab ANSIBLE_COLLECTIONS_PATH=$(TREE) PATH=$(BIN):$$PATH \
-	  $(BIN)/python benchmarks/chaos.py --seeds $(SEEDS) $(if $(CHAOS_NODES),--nodes $(CHAOS_NODES)) $(if $(CHAOS_KINDS),--kinds $(CHAOS_KINDS))
+	  $(BIN)/python benchmarks/chaos.py --seeds $(SEEDS) $(if $(CHAOS_NODES),--nodes $(CHAOS_NODES)) $(if $(CHAOS_KINDS),--kinds $(CHAOS_KINDS)) $(if $(CHAOS_JOBS),--jobs $(CHAOS_JOBS))

@@ -1,7 +1,7 @@
 """Chaos soak of the driver roll-out (a soak, not a unit test): rounds of `gpuops.nvidia.driver_upgrade` on fresh
 twin fleets while faults nobody scripted fire at random moments, each round judged from the twin's records.
 
-    make chaos SEEDS="1 2 3" [CHAOS_NODES=4]
+    make chaos SEEDS="1 2 3" [CHAOS_NODES=4] [CHAOS_JOBS=3]
     PYTHONPATH=lab ANSIBLE_COLLECTIONS_PATH=$TREE PATH=$PWD/.venv/bin:$PATH \\
         .venv/bin/python benchmarks/chaos.py --seeds 1 2 3 [--nodes 4]
     .venv/bin/python benchmarks/chaos.py --report       # only rewrite results/chaos.md from results/chaos/*.json
@@ -23,8 +23,10 @@ A round (`run_round`), all drawn from its seed (benchmarks/chaos_schedule.py):
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import glob
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -502,18 +504,41 @@ def main() -> int:
                         help="faults drawn: the recorded set; connections: that and the API server's restart and"
                         " early-closed watches (chaos_schedule.CONNECTION_FAULTS); ssh: those and ssh-cut;"
                         " restarts: those and api-down (the API server restarting, down 12 s)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="rounds at once, each on its own twin (a round mostly waits for boots, SSH and Ansible;"
+                        " the schedule of a round is its seed's whatever the jobs, its timing shares the CPUs)")
     parser.add_argument("--report", action="store_true", help="only rewrite chaos.md from the results")
     args = parser.parse_args()
     broken = 0
-    for seed in [] if args.report else args.seeds:
-        result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes,
-                           kinds=None if args.kinds == "default" else KIND_SETS[args.kinds])
-        result["kinds"] = args.kinds    # the set the faults were drawn from: `--kinds` replays the round
-        print("seed %s: %d violation(s), %s, %.0f s -> %s" % (seed, len(result["violations"]), result["end_states"],
-                                                             result["wall_s"], write_result(result, args.results)))
-        broken += bool(result["violations"])
+    seeds = [] if args.report else args.seeds
+    if args.jobs > 1 and len(seeds) > 1:
+        context = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+            rounds = [pool.submit(play_round, seed, args) for seed in seeds]
+            for done in concurrent.futures.as_completed(rounds):
+                broken += report_round(done.result(), args.results)
+    else:
+        for seed in seeds:
+            broken += report_round(play_round(seed, args), args.results)
     print(write_markdown(args.results))
     return 1 if broken else 0
+
+
+def play_round(seed: int, args) -> dict:
+    """One round of main's seeds (in a worker process with --jobs: its lines carry the seed)."""
+    prefix = "[seed %s] " % seed if args.jobs > 1 else ""
+    result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes,
+                       log=lambda text: print(prefix + text, flush=True),
+                       kinds=None if args.kinds == "default" else KIND_SETS[args.kinds])
+    result["kinds"] = args.kinds    # the set the faults were drawn from: `--kinds` replays the round
+    return result
+
+
+def report_round(result: dict, results_dir: str) -> int:
+    print("seed %s: %d violation(s), %s, %.0f s -> %s" % (
+        result["seed"], len(result["violations"]), result["end_states"], result["wall_s"],
+        write_result(result, results_dir)), flush=True)
+    return int(bool(result["violations"]))
 
 
 if __name__ == "__main__":
