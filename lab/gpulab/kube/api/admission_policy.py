@@ -199,8 +199,11 @@ def _forbidden(attributes: dict, reason: str, text: str) -> ApiError:
     info = RESOURCES.get(attributes["key"]) or {}
     name = attributes["name"] or "Unknown"
     qualified = info.get("plural", attributes["resource"]) + ("." + attributes["group"] if attributes["group"] else "")
+    # admission.NewForbidden with the validation's reason and code, the denial repeated as the one cause (kubectl
+    # prints an Invalid one as 'The pods "x" is invalid: : ValidatingAdmissionPolicy ...')
     return ApiError(_REASON_CODES.get(reason, 400), reason, '%s "%s" is forbidden: %s' % (qualified, name, text),
-                    {"name": name, "group": attributes["group"], "kind": attributes["resource"]})
+                    {"name": name, "group": attributes["group"], "kind": attributes["resource"],
+                     "causes": [{"message": text}]})
 
 
 def _message(validation: dict, activation: dict) -> str:
