@@ -36,10 +36,15 @@ class Recorder:
                 self.records.append(record)
 
     def record_request(self, method: str, path: str, query: str, code: int, user: Optional[str],
-                       user_agent: Optional[str], duration_ms: float, verb: Optional[str] = None) -> None:
-        self._write({"ts": time.time(), "record": "request", "method": method, "path": path, "query": query,
-                     "code": code, "user": user, "user_agent": user_agent, "verb": verb,
-                     "duration_ms": round(duration_ms, 3)})
+                       user_agent: Optional[str], duration_ms: float, verb: Optional[str] = None,
+                       annotations: Optional[dict] = None) -> None:
+        """``annotations``: the request's audit annotations (ValidatingAdmissionPolicy Audit), when it has any."""
+        record = {"ts": time.time(), "record": "request", "method": method, "path": path, "query": query,
+                  "code": code, "user": user, "user_agent": user_agent, "verb": verb,
+                  "duration_ms": round(duration_ms, 3)}
+        if annotations:
+            record["annotations"] = annotations
+        self._write(record)
 
     def record_change(self, event_type: str, resource: str, obj: dict) -> None:
         metadata = obj.get("metadata") or {}

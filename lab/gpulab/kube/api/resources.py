@@ -46,6 +46,11 @@ RESOURCES: Dict[str, dict] = {
     "resourceslices": _resource("resource.k8s.io", "v1beta1", "ResourceSlice", False),
     "deviceclasses": _resource("resource.k8s.io", "v1beta1", "DeviceClass", False),
     "resourceclaims": _resource("resource.k8s.io", "v1beta1", "ResourceClaim", True, [], ["status"]),
+    # evaluated on writes by admission_policy.py (CEL through celpy)
+    "validatingadmissionpolicies": _resource("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy",
+                                             False, [], ["status"]),
+    "validatingadmissionpolicybindings": _resource("admissionregistration.k8s.io", "v1",
+                                                   "ValidatingAdmissionPolicyBinding", False),
     "customresourcedefinitions": _resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", False,
                                            ["crd", "crds"], ["status"]),
 }

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, protobuf, tls
+from . import admission_policy, discovery, protobuf, tls
 from .access import Access
 from .resources import RESOURCES
 from .tables import table_for
@@ -52,6 +52,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-cache, private")
+        for warning in (self._policy_outcome or {}).get("warnings", []):   # ValidatingAdmissionPolicy Warn
+            self.send_header("Warning", admission_policy.warning_header(warning))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -123,6 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._verb = None
         self._body = None
         self._user = None
+        self._policy_outcome = None
         split = urlsplit(self.path)
         try:
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
@@ -132,7 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self._user is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             self._injected_fault(split.path, split.query)
-            self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
+            with admission_policy.request_scope() as self._policy_outcome:
+                self._dispatch(split.path, parse_qs(split.query, keep_blank_values=True))
         except ApiError as error:
             self._send_error(error)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, socket.timeout):
@@ -144,7 +148,8 @@ class _Handler(BaseHTTPRequestHandler):
             if recorder is not None:
                 recorder.record_request(self.command, split.path, split.query, self._code,
                                         self._user.name if self._user else None, self.headers.get("User-Agent"),
-                                        (time.monotonic() - started) * 1000.0, self._verb)
+                                        (time.monotonic() - started) * 1000.0, self._verb,
+                                        admission_policy.audit_annotations(self._policy_outcome or {"audit": []}))
 
     def _peer_certificate(self) -> Optional[dict]:
         """The client's verified certificate (an admin's or a kubelet's), None when it sent none."""

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from . import eviction as pdb_math
 from . import managedfields
+from . import admission_policy
 from .admission import admit_service_account
 from .defaults import apply_defaults
 from .concurrency import check_preconditions, check_resource_version
@@ -201,6 +202,7 @@ class Store:
                 obj.pop("status", None)
             apply_defaults(resource, obj)
             self._admit_write(resource, info, obj, field_validation)
+            self._admit_policies(resource, info, "CREATE", obj, None, namespace, None, dry_run)
             if field_manager is not None:
                 entries = managedfields.base_entries(None, metadata.pop("managedFields", None))
                 entries = managedfields.record_write(
@@ -313,6 +315,7 @@ class Store:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested"
                                                         " resource")
             new = self._merged_update(resource, info, current.obj, obj, subresource, field_validation)
+            self._admit_policies(resource, info, "UPDATE", new, current.obj, namespace, subresource, dry_run)
             self._track_fields(info, current.obj, new, metadata.get("managedFields"), field_manager, subresource)
             return self._store_update(resource, current, new, dry_run)
 
@@ -370,8 +373,24 @@ class Store:
         """What the API server does to a written CRD or custom object after defaulting (422 when invalid)."""
         if resource == CRD_RESOURCE:
             prepare_crd(obj)
+        elif resource == admission_policy.POLICIES:
+            admission_policy.check_policy(obj)
         elif info.get("custom"):
             admit_custom_object(info, obj, field_validation)
+
+    def _admit_policies(self, resource: str, info: dict, operation: str, obj: dict, old: Optional[dict],
+                        namespace: Optional[str], subresource: Optional[str], dry_run: bool) -> None:
+        """The ValidatingAdmissionPolicies bound to this write (admission_policy.py); nothing when none is."""
+        bindings = self._objects[admission_policy.BINDINGS]
+        if not bindings:
+            return
+        policies = {key[1]: entry.obj for key, entry in self._objects[admission_policy.POLICIES].items()}
+        attributes = {"key": resource, "group": info["group"], "version": info["version"],
+                      "resource": info["plural"], "subresource": subresource, "operation": operation,
+                      "namespace": namespace if info["namespaced"] else None,
+                      "name": obj["metadata"].get("name"), "object": obj, "oldObject": old, "dryRun": dry_run}
+        admission_policy.admit(attributes, policies, [entry.obj for entry in bindings.values()],
+                               lambda name: self._stored_object("namespaces", "", name))
 
     def _store_update(self, resource: str, current: Entry, new: dict, dry_run: bool) -> dict:
         new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
@@ -410,6 +429,7 @@ class Store:
                                % (patched_name, name))
             check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
             new = self._merged_update(resource, info, current.obj, patched, subresource, field_validation)
+            self._admit_policies(resource, info, "UPDATE", new, current.obj, namespace, subresource, dry_run)
             sent = patched["metadata"].get("managedFields")
             self._track_fields(info, current.obj, new, sent, field_manager, subresource,
                                applied=document if patch_type == APPLY_PATCH else None)
