@@ -143,6 +143,7 @@ def run_diagnose(lab, tmp_path, check=False, **extravars):
 def assert_no_password(lab, run, webhook):
     password = bmc_credentials(lab)["password"]
     assert len(password) >= 16
+    assert SHOW_TASK in run.output and run.trail      # the output and the trail were read, not empty
     assert password not in run.output
     with open(run.audit_log, encoding="utf-8") as stream:
         assert password not in stream.read()
