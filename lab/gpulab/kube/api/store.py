@@ -410,6 +410,12 @@ class Store:
                                % (patched_name, name))
             check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
             new = self._merged_update(resource, info, current.obj, patched, subresource, field_validation)
+            if patch_type == APPLY_PATCH and field_manager is not None and not force:
+                conflicts = managedfields.apply_conflicts(
+                    current.obj["metadata"].get("managedFields"), field_manager, current.obj, new, document,
+                    subresource or "", "status" in info["subresources"])
+                if conflicts:
+                    raise managedfields.conflict_error(conflicts)
             sent = patched["metadata"].get("managedFields")
             self._track_fields(info, current.obj, new, sent, field_manager, subresource,
                                applied=document if patch_type == APPLY_PATCH else None)
