@@ -208,9 +208,14 @@ def run_target(collection: str, name: str, timeout: int, log_dir: str, extra_pat
                    ANSIBLE_PYTHON_INTERPRETER=sys.executable,
                    PATH=os.pathsep.join([VENV_BIN] + ([extra_path] if extra_path else [])
                                         + [os.environ.get("PATH", "/usr/bin:/bin")]))
+        # the interpreter as a host variable of the inventory, as ansible-test passes it (not `-e`: an extra var
+        # would override the `vars: ansible_python_interpreter` of tasks that run in their own virtualenv)
+        inventory = os.path.join(state_dir, "inventory")
+        with open(inventory, "w") as stream:
+            stream.write("localhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
         log_path = os.path.join(log_dir, name + ".log")
         with open(log_path, "w") as stream:       # streamed: a running target's progress is readable there
-            process = subprocess.Popen(["bash", "runme.sh", "-e", "ansible_python_interpreter=%s" % sys.executable],
+            process = subprocess.Popen(["bash", "runme.sh", "-i", inventory],
                                        cwd=target_dir, env=env, stdout=stream, stderr=subprocess.STDOUT,
                                        start_new_session=True)
             try:
