@@ -12,6 +12,12 @@ folder, `ANSIBLE_ROLES_PATH=../`), with a private `HOME` whose `.kube/config` po
 a process of this machine, as in the lab tests' `FakeNodeView(host_processes=True)`: the targets' commands are
 echo, date, seq and sleep, killed when the twin stops). Targets that need what the twin cannot
 give are skipped with the reason (disabled in their aliases, the Helm binary, a registry, kustomize).
+Targets that pip-install kubernetes client releases into virtualenvs (k8s_apply, k8s_check_mode, k8s_validate)
+run: they install from PyPI as in their CI, with the `virtualenv` command their CI image has (installed from
+PyPI into a tools venv of the work folder, on PATH after the venv's own bin).
+
+`--keep-others` reruns some targets (`--targets`) and keeps the other rows of `--out` as they were;
+`--before TABLE` (repeatable, with as many `--before-label`) adds each earlier table's results as a column.
 
 The result is a Markdown table (target, result, seconds, the first failed task) and each target's log under
 `<out>.logs/` (not committed).
@@ -64,14 +70,10 @@ def extract(checkout: str, ref: str, work: str) -> str:
 
 # targets whose tasks need what the twin does not give (read from their tasks)
 NEEDS_WHAT_THE_TWIN_LACKS = {
-    "k8s_check_mode": "installs kubernetes releases from PyPI into a virtualenv (a package registry)",
     "k8s_copy": "k8s_cp runs tar through exec in the container's own filesystem (the twin's containers have none)",
     "k8s_exec": "exec into a container (the twin serves no exec/attach streams)",
     "k8s_info": "its discovery tasks apply KubeVirt's release manifests from github.com (the internet); the rest of "
                 "its tasks passed against the twin (2026-12-04, 894 s)",
-    "k8s_validate": "pip-installs kubernetes-validate into a virtualenv (a package registry)",
-    "k8s_apply": "its last tasks pip-install five kubernetes client releases into virtualenvs (a package registry); "
-                 "before them it stops at server-side apply's field conflicts (409), which the twin does not model",
 }
 
 
@@ -171,7 +173,23 @@ def write_client_certificate_kubeconfig(kubeconfig: str, ca_dir: str, path: str)
         json.dump(document, stream, indent=2)
 
 
-def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
+def needs_virtualenv(target_dir: str) -> bool:
+    """Whether a target's tasks create virtualenvs with the `virtualenv` command."""
+    tasks = os.path.join(target_dir, "tasks")
+    names = os.listdir(tasks) if os.path.isdir(tasks) else []
+    return any("virtualenv_command" in _read(os.path.join(tasks, name)) for name in names)
+
+
+def virtualenv_bin(work: str) -> str:
+    """A bin folder with the `virtualenv` command (a venv of the work folder, virtualenv from PyPI)."""
+    tools = os.path.join(work, "tools")
+    subprocess.run([sys.executable, "-m", "venv", tools], check=True)
+    subprocess.run([os.path.join(tools, "bin", "python"), "-m", "pip", "install", "-q", "virtualenv"], check=True,
+                   timeout=600)
+    return os.path.join(tools, "bin")
+
+
+def run_target(collection: str, name: str, timeout: int, log_dir: str, extra_path: str = "") -> dict:
     target_dir = os.path.join(collection, TARGETS_DIR, name)
     state_dir = tempfile.mkdtemp(prefix="k8s-target-%s-" % name)
     twin = start_twin(state_dir)
@@ -188,10 +206,16 @@ def run_target(collection: str, name: str, timeout: int, log_dir: str) -> dict:
                    ANSIBLE_COLLECTIONS_PATH=os.path.dirname(os.path.dirname(os.path.dirname(collection))),
                    ANSIBLE_DEPRECATION_WARNINGS="false", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-                   PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"))
+                   PATH=os.pathsep.join([VENV_BIN] + ([extra_path] if extra_path else [])
+                                        + [os.environ.get("PATH", "/usr/bin:/bin")]))
+        # the interpreter as a host variable of the inventory, as ansible-test passes it (not `-e`: an extra var
+        # would override the `vars: ansible_python_interpreter` of tasks that run in their own virtualenv)
+        inventory = os.path.join(state_dir, "inventory")
+        with open(inventory, "w") as stream:
+            stream.write("localhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
         log_path = os.path.join(log_dir, name + ".log")
         with open(log_path, "w") as stream:       # streamed: a running target's progress is readable there
-            process = subprocess.Popen(["bash", "runme.sh", "-e", "ansible_python_interpreter=%s" % sys.executable],
+            process = subprocess.Popen(["bash", "runme.sh", "-i", inventory],
                                        cwd=target_dir, env=env, stdout=stream, stderr=subprocess.STDOUT,
                                        start_new_session=True)
             try:
@@ -218,33 +242,50 @@ def read_results(path: str) -> dict:
     results = {}
     for line in _read(path).splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 2 and cells[1] in ("passed", "failed", "timed out", "skipped"):
-            results[cells[0]] = cells[1]
+        if len(cells) >= 4 and cells[-3] in ("passed", "failed", "timed out", "skipped"):
+            results[cells[0]] = cells[-3]     # the table's own result column (earlier columns come before it)
     return results
 
 
-def write_table(path: str, ref: str, rows: list, before=None, before_label="") -> None:
+def write_table(path: str, ref: str, rows: list, before=None, before_label="", note: str = "") -> None:
+    """``before``: one earlier table's results (target -> result) or a list of them, each a column labelled by
+    ``before_label`` (a string or a list as long)."""
+    befores = before if isinstance(before, list) else ([before] if before else [])
+    labels = before_label if isinstance(before_label, list) else [before_label] * len(befores)
+    labels = list(labels) + ["before"] * (len(befores) - len(labels))
     ran = [row for row in rows if row["result"] != "skipped"]
     passed = [row for row in ran if row["result"] == "passed"]
     lines = ["# kubernetes.core %s integration targets against the API twin" % ref, "",
              "Written by `lab/gpulab/testkit/k8s_targets.py` (a manual tool, not run in CI; its docstring says how "
              "to run it). %d of %d targets that ran passed; %d skipped." % (len(passed), len(ran),
-                                                                            len(rows) - len(ran)), "",
-             ]
-    if before:
-        ran_before = [result for result in before.values() if result != "skipped"]
-        lines[-1:] = ["", "Before (%s): %d of %d that ran passed." % (
-            before_label, sum(1 for result in ran_before if result == "passed"), len(ran_before)), ""]
-        lines += ["| target | before | result | seconds | first failure / why skipped |", "|---|---|---|---|---|"]
-    else:
-        lines += ["| target | result | seconds | first failure / why skipped |", "|---|---|---|---|"]
+                                                                            len(rows) - len(ran)), ""]
+    for results, label in zip(befores, labels):
+        ran_before = [result for result in results.values() if result != "skipped"]
+        lines += ["%s (column `%s`): %d of %d that ran passed." % (
+            label, label, sum(1 for result in ran_before if result == "passed"), len(ran_before)), ""]
+    if note:
+        lines += [note, ""]
+    lines += ["| target | %sresult | seconds | first failure / why skipped |" % "".join(
+        "%s | " % label for label in labels), "|---|" + "---|" * (len(labels) + 3)]
     for row in rows:
         detail = row["detail"].replace("|", "\\|").replace("\n", " ")
         seconds = "%.0f" % row["seconds"] if row.get("seconds") is not None else ""
-        cells = [row["target"]] + ([before.get(row["target"], "")] if before else []) + [row["result"], seconds, detail]
+        cells = [row["target"]] + [results.get(row["target"], "") for results in befores] + [row["result"], seconds,
+                                                                                            detail]
         lines.append("| %s |" % " | ".join(cells))
     with open(path, "w") as stream:
         stream.write("\n".join(lines) + "\n")
+
+
+def read_rows(path: str) -> list:
+    """The rows (target, result, seconds, detail) of a table this tool wrote."""
+    rows = []
+    for line in _read(path).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[-3] in ("passed", "failed", "timed out", "skipped"):
+            rows.append({"target": cells[0], "result": cells[-3],
+                         "seconds": float(cells[-2]) if cells[-2] else None, "detail": cells[-1]})
+    return rows
 
 
 def main(argv=None) -> int:
@@ -256,8 +297,12 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per target")
     parser.add_argument("--jobs", type=int, default=1, help="targets run at once (each against its own twin)")
     parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--before", help="a table this tool wrote earlier: its results become a column")
-    parser.add_argument("--before-label", default="the earlier run", help="what --before was run on")
+    parser.add_argument("--before", action="append",
+                        help="a table this tool wrote earlier: its results become a column (repeatable)")
+    parser.add_argument("--before-label", action="append", help="what each --before was run on (its column)")
+    parser.add_argument("--keep-others", action="store_true",
+                        help="keep the rows of --out for the targets not run now (a rerun of --targets)")
+    parser.add_argument("--note", default="", help="a paragraph written above the table")
     parser.add_argument("--table-only", action="store_true",
                         help="rewrite --out (adding --before) from the rows it holds, running nothing")
     args = parser.parse_args(argv)
@@ -267,15 +312,12 @@ def main(argv=None) -> int:
     if not args.checkout and not args.table_only:
         parser.error("--checkout is required")
     ref = args.ref or installed_version()
+    befores = [read_results(path) for path in args.before or []]
+    labels = args.before_label or ["the earlier run"] * len(befores)
     if args.table_only:
-        rows = []
-        for line in _read(args.out).splitlines():
-            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if len(cells) >= 4 and cells[-3] in ("passed", "failed", "timed out", "skipped"):
-                rows.append({"target": cells[0], "result": cells[-3],
-                             "seconds": float(cells[-2]) if cells[-2] else None, "detail": cells[-1]})
-        write_table(args.out, ref, rows, read_results(args.before) if args.before else None, args.before_label)
+        write_table(args.out, ref, read_rows(args.out), befores, labels, args.note)
         return 0
+    kept = read_rows(args.out) if args.keep_others else []
     work = tempfile.mkdtemp(prefix="k8s-targets-")
     log_dir = args.out + ".logs"
     os.makedirs(log_dir, exist_ok=True)
@@ -293,18 +335,24 @@ def main(argv=None) -> int:
             else:
                 to_run.append(name)
 
+        extra_path = ""
+        if any(needs_virtualenv(os.path.join(collection, TARGETS_DIR, name)) for name in to_run):
+            extra_path = virtualenv_bin(work)
+
         def one(name):
-            row = run_target(collection, name, args.timeout, log_dir)
+            row = run_target(collection, name, args.timeout, log_dir, extra_path)
             print("%-28s %-9s %5.0f s  %s" % (row["target"], row["result"], row["seconds"], row["detail"]),
                   flush=True)
             return row
         # each target has its own twin, HOME and namespace: --jobs N runs N of them at once
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             rows += list(pool.map(one, to_run))
+        done = {row["target"] for row in rows}
+        rows += [row for row in kept if row["target"] not in done]
         rows.sort(key=lambda row: row["target"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    write_table(args.out, ref, rows, read_results(args.before) if args.before else None, args.before_label)
+    write_table(args.out, ref, rows, befores, labels, args.note)
     return 0 if all(row["result"] in ("passed", "skipped") for row in rows) else 1
 
 

@@ -12,12 +12,18 @@ What the twin does (enough for kubernetes.core's `hidden_fields` change detectio
   the fields it sent;
 - update / patch: the fields whose value changed (or appeared) move to the writer's `Update` entry, fields that
   went are dropped from every entry, entries left owning nothing go;
-- apply: the applier's `Apply` entry owns exactly the fields it sent; fields it changed leave other managers;
+- apply: the applier's `Apply` entry owns exactly the fields it sent (its leaves and list items, not the maps
+  above them: `applied_paths`); fields it changed leave other managers;
+- apply conflicts: an apply that sets a field another manager owns (any entry but the applier's own `Apply`
+  one, its `Update` entry included) to a different value is refused with 409 `Conflict`, one
+  `FieldManagerConflict` cause per field (`apply_conflicts`, `conflict_error`); with `force=true` it takes the
+  field (it leaves the other entries); the same value is shared ownership, no conflict; updates and non-apply
+  patches never conflict;
 - a write that changes nothing but timestamps in managedFields is a no-op (no new resourceVersion), as in
   kube-apiserver since 1.26;
 - a write that sends managedFields different from the stored ones replaces them (as upstream: the way clients
   such as kubectl's client-side-apply upgrade rewrite ownership); a write without them keeps the stored ones.
-Not modelled: apply conflicts (409 on a field another manager owns), apply removing fields its manager stopped
+Not modelled: apply removing fields its manager stopped
 sending, the cap of ten Update entries. Identity fields (`apiVersion`, `kind`, `metadata.name`, `namespace`,
 `uid`, `resourceVersion`, `generation`, `creationTimestamp`, `managedFields`) are owned by no one, and `status`
 belongs to the status subresource for kinds that have one.
@@ -28,6 +34,7 @@ import copy
 import json
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+from .errors import ApiError
 from .patch import MERGE_KEYS
 
 FIELD_MANAGER_MAX_LENGTH = 128
@@ -143,6 +150,79 @@ def from_fields_v1(trie: dict, path: Path = ()) -> Set[Path]:
 
 # ---------------------------------------------------------------- the entries
 
+def applied_paths(applied: dict, status_is_subresource: bool = False, only_status: bool = False) -> Set[Path]:
+    """The fields an apply configuration sets, as the API server's field set of it: its leaves and the items of
+    its lists, not the maps and structs above them (an Apply entry does not own a map itself)."""
+    return {path for path, value in field_values(applied, status_is_subresource, only_status).items()
+            if value is not _CONTAINER or path[-1].startswith(("k:", "v:"))}
+
+
+def apply_conflicts(entries: List[dict], manager: str, old: dict, new: dict, applied: dict, subresource: str = "",
+                    status_is_subresource: bool = False) -> List[Tuple[dict, Path]]:
+    """(entry, path) for each field ``applied`` sets to a value other than ``old``'s (``new`` is the result)
+    that an entry other than ``manager``'s own Apply entry owns: what makes a server-side apply a conflict."""
+    only_status = subresource == "status"
+    before = field_values(old, status_is_subresource, only_status)
+    after = field_values(new, status_is_subresource, only_status)
+    changed = {path for path in applied_paths(applied, status_is_subresource, only_status) & set(after)
+               if path in before and ((after[path] is _CONTAINER) != (before[path] is _CONTAINER)
+                                      or (after[path] is not _CONTAINER and after[path] != before[path]))}
+    conflicts = []
+    for entry in entries or []:
+        if _entry_key(entry) == (manager, "Apply", subresource):
+            continue
+        owned = from_fields_v1(entry.get("fieldsV1") or {})
+        conflicts += [(entry, path) for path in sorted(changed & owned, key=path_string)]
+    return conflicts
+
+
+def path_string(path: Path) -> str:
+    """A field path as the API server prints it in a conflict: `.spec.replicas`, `.spec.containers[name="c"]`,
+    `.metadata.finalizers[="x"]`."""
+    out = ""
+    for element in path:
+        kind, _, rest = element.partition(":")
+        if kind == "f":
+            out += "." + rest
+        elif kind == "k":
+            out += "[%s]" % ",".join("%s=%s" % (key, _json(value)) for key, value in sorted(json.loads(rest).items()))
+        elif kind == "v":
+            out += "[=%s]" % rest
+        else:
+            out += "[%s]" % rest
+    return out
+
+
+def _printed_manager(entry: dict) -> str:
+    """How a conflict names a manager: `"m"` for an applier, `"m" using apps/v1` for an updater."""
+    printed = json.dumps(entry.get("manager", ""))
+    if entry.get("subresource"):
+        printed += " with subresource %s" % json.dumps(entry["subresource"])
+    if entry.get("operation") == "Update":
+        printed += " using %s" % entry.get("apiVersion", "")
+    return printed
+
+
+def conflict_error(conflicts: List[Tuple[dict, Path]]) -> ApiError:
+    """The 409 of an apply with conflicts: a `Status` of reason `Conflict` whose `details.causes` name each field
+    and its manager (`FieldManagerConflict`), its message as kube-apiserver words it."""
+    causes = [{"reason": "FieldManagerConflict", "message": "conflict with %s" % _printed_manager(entry),
+               "field": path_string(path)} for entry, path in conflicts]
+    if len(conflicts) == 1:
+        message = "Apply failed with 1 conflict: conflict with %s: %s" % (_printed_manager(conflicts[0][0]),
+                                                                        path_string(conflicts[0][1]))
+    else:
+        by_manager: Dict[str, List[str]] = {}
+        for entry, path in conflicts:
+            by_manager.setdefault(_printed_manager(entry), []).append(path_string(path))
+        lines = []
+        for printed in sorted(by_manager):
+            lines.append("conflicts with %s" % printed)
+            lines += ["- %s" % field for field in by_manager[printed]]
+        message = "Apply failed with %d conflicts: %s" % (len(conflicts), "\n".join(lines))
+    return ApiError(409, "Conflict", message, {"causes": causes})
+
+
 def _entry_key(entry: dict) -> Tuple[str, str, str]:
     return entry.get("manager", ""), entry.get("operation", ""), entry.get("subresource", "")
 
@@ -187,7 +267,7 @@ def record_write(entries: List[dict], manager: str, operation: str, api_version:
             result.append(entry)
     owned = from_fields_v1(mine.get("fieldsV1") or {}) if mine is not None else set()
     if applied is not None:
-        now_owned = set(field_values(applied, status_is_subresource, only_status)) & set(after)
+        now_owned = applied_paths(applied, status_is_subresource, only_status) & set(after)
     else:
         now_owned = (owned - removed) | changed
     if mine is None and not now_owned:

@@ -429,6 +429,12 @@ class Store:
                                % (patched_name, name))
             check_resource_version(resource, name, current.obj, patched["metadata"].get("resourceVersion"))
             new = self._merged_update(resource, info, current.obj, patched, subresource, field_validation)
+            if patch_type == APPLY_PATCH and field_manager is not None and not force:
+                conflicts = managedfields.apply_conflicts(
+                    current.obj["metadata"].get("managedFields"), field_manager, current.obj, new, document,
+                    subresource or "", "status" in info["subresources"])
+                if conflicts:
+                    raise managedfields.conflict_error(conflicts)
             self._admit_policies(resource, info, "UPDATE", new, current.obj, namespace, subresource, dry_run)
             sent = patched["metadata"].get("managedFields")
             self._track_fields(info, current.obj, new, sent, field_manager, subresource,
