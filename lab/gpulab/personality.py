@@ -6,10 +6,24 @@ and package tools read: `/etc/os-release` (and `/usr/lib/os-release`), `/etc/lsb
 `/etc/redhat-release`, `/etc/rocky-release`, `/etc/system-release` (Rocky), `/etc/debian_version` (Debian and Ubuntu
 have it, Rocky not: an overlay whiteout hides the host's), and the package manager the distribution has: apt/dpkg on
 Debian and Ubuntu, dnf/rpm on Rocky (Debian's `dnf` and `rpm` packages, with Rocky's `dnf.conf`,
-`/etc/yum.repos.d/rocky.repo` whose BaseOS is the twin's mirror, Rocky's key file and rpm database path). Not
-changed: the kernel release (`uname -r` is the host's: the kernel's UTS release is not per namespace), hence also
-the kernel headers the modules build against. Ansible sees `ansible_distribution` Debian/Ubuntu/Rocky, `os_family`
-Debian/Debian/RedHat and `ansible_pkg_mgr` apt/apt/dnf.
+`/etc/yum.repos.d/rocky.repo` whose BaseOS is the twin's mirror, Rocky's key file and rpm database path).
+
+Kernel headers: each distribution's package of the running kernel's build tree is what the `nvidia_driver` role
+installs when `/lib/modules/<release>/build` is missing: `kernel-devel-<release>` on Rocky, from the twin's BaseOS
+(`gpulab.nvidia.rpms.build_kernel_devel_rpms`: the tree at Rocky's `/usr/src/kernels/<release>`, a link to the host's
+Debian headers, so DKMS really builds against it); `linux-headers-<release>` on Debian and Ubuntu (the twin serves none:
+a node's headers are lent at boot, `nvidia.boot`, unless the fault `headers-missing`).
+
+DKMS signing (`dkms_mok`): the key pair each distribution's DKMS signs modules with. Ubuntu 22.04's dkms (2.8.7) signs
+with shim-signed's MOK (`/var/lib/shim-signed/mok/MOK.priv`, `MOK.der`, what `update-secureboot-policy --new-key`
+makes); the node's dkms is the host's (Debian's 3.0.10), so an Ubuntu node's `/etc/dkms/framework.conf` points it
+there. dkms 3.x (Debian 12's, Rocky 9's from EPEL) signs with `/var/lib/dkms/mok.key` and `mok.pub`, its own
+defaults (Debian's framework.conf has them commented): nothing to write.
+
+Not changed: the kernel release (`uname -r` is the host's on every personality: the kernel's UTS release is not per
+namespace), so Rocky's `kernel-devel-<release>` carries the host's release, which is no rpm NEVRA (a package
+`kernel-devel` that provides that name stands in), and the build tree is Debian's. Ansible sees `ansible_distribution`
+Debian/Ubuntu/Rocky, `os_family` Debian/Debian/RedHat and `ansible_pkg_mgr` apt/apt/dnf.
 """
 from __future__ import annotations
 
@@ -68,12 +82,25 @@ best=True
 skip_if_unavailable=False
 """
 
+_SHIM_SIGNED_MOK = ("/var/lib/shim-signed/mok/MOK.priv", "/var/lib/shim-signed/mok/MOK.der")
+_DKMS3_MOK = ("/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub")
+
+# Ubuntu 22.04's dkms signs with shim-signed's MOK; the node runs Debian's dkms 3.0.10, told so here
+_UBUNTU_DKMS_FRAMEWORK_CONF = """# gpulab ubuntu2204: Ubuntu 22.04's dkms (2.8.7) signs modules with shim-signed's MOK, the pair
+# update-secureboot-policy makes; this node's dkms (Debian's 3.0.10) is pointed at the same pair.
+mok_signing_key=%s
+mok_certificate=%s
+""" % _SHIM_SIGNED_MOK
+
 PERSONALITIES = {
-    "debian12": {"files": {}, "hidden": [], "dirs": [], "package_manager": "apt"},
+    "debian12": {"files": {}, "hidden": [], "dirs": [], "package_manager": "apt", "headers_package": "linux-headers",
+                 "dkms_mok": _DKMS3_MOK},
     "ubuntu2204": {
         "files": {"/etc/os-release": _UBUNTU_2204_OS_RELEASE, "/usr/lib/os-release": _UBUNTU_2204_OS_RELEASE,
-                  "/etc/lsb-release": _UBUNTU_2204_LSB_RELEASE, "/etc/debian_version": "bookworm/sid\n"},
-        "hidden": [], "dirs": [], "package_manager": "apt"},
+                  "/etc/lsb-release": _UBUNTU_2204_LSB_RELEASE, "/etc/debian_version": "bookworm/sid\n",
+                  "/etc/dkms/framework.conf": _UBUNTU_DKMS_FRAMEWORK_CONF},
+        "hidden": [], "dirs": [], "package_manager": "apt", "headers_package": "linux-headers",
+        "dkms_mok": _SHIM_SIGNED_MOK},
     "rocky9": {
         "files": {"/etc/os-release": _ROCKY_9_OS_RELEASE, "/usr/lib/os-release": _ROCKY_9_OS_RELEASE,
                   "/etc/redhat-release": _ROCKY_9_RELEASE, "/etc/rocky-release": _ROCKY_9_RELEASE,
@@ -86,13 +113,23 @@ PERSONALITIES = {
                   # package from an unsigned repository, which fails gpgcheck)
                   "/etc/dnf/plugins/local.conf": "[main]\nenabled=0\n"},
         "hidden": ["/etc/debian_version", "/etc/lsb-release"], "dirs": ["/etc/yum.repos.d", "/var/lib/rpm"],
-        "package_manager": "dnf"},
+        "package_manager": "dnf", "headers_package": "kernel-devel", "dkms_mok": _DKMS3_MOK},
 }
 OS_NAMES = tuple(PERSONALITIES)
 
 
 def package_manager(os_name: str) -> str:
     return PERSONALITIES[os_name]["package_manager"]
+
+
+def headers_package(os_name: str, release: str) -> str:
+    """The package of the running kernel's build tree (`/lib/modules/<release>/build`) on the distribution."""
+    return "%s-%s" % (PERSONALITIES[os_name]["headers_package"], release)
+
+
+def dkms_mok(os_name: str) -> tuple:
+    """(private key, certificate) the distribution's DKMS signs modules with."""
+    return PERSONALITIES[os_name]["dkms_mok"]
 
 
 def fleet_os(os_list: list, count: int) -> list:

@@ -1,9 +1,11 @@
 """The node bootstrap runbook (`gpuops.nvidia.node_bootstrap`) over real SSH and HTTPS, on the seed's validated
-distributions at once: an Ubuntu 22.04, a Rocky Linux 9 (Secure Boot on: the module is signed with a MOK the
-operator confirms at the console during the reboot) and a Debian 12 node, driverless, become schedulable GPU nodes,
+distributions at once: an Ubuntu 22.04 and a Rocky Linux 9 (both with Secure Boot on: the module is signed with a MOK
+the operator confirms at the console during the reboot, the pair each distribution's DKMS signs with: shim-signed's
+MOK.priv/MOK.der on Ubuntu, dkms's mok.key/mok.pub on Rocky) and a Debian 12 node, driverless, become schedulable GPU nodes,
 each with the NVIDIA Container Toolkit installed and held by its own package manager (apt, dnf with versionlock,
 apt) from the twin's signed mirror of NVIDIA's repository and the CDI spec written by its nvidia-ctk; a second run
-changes nothing and reboots nothing."""
+changes nothing and reboots nothing. Then the Rocky node, its kernel's build tree gone, gets it back from the driver
+role by Rocky's package, `kernel-devel-<release>` (from the twin's BaseOS), at Rocky's path."""
 from __future__ import annotations
 
 import json
@@ -26,13 +28,18 @@ UBUNTU_DRIVER_PACKAGES = ["nvidia-driver-open", "nvidia-dkms-open", "nvidia-util
                           "nvidia-kernel-common"]
 FLEET = {"gpu-node-01": "Ubuntu", "gpu-node-02": "Rocky", "gpu-node-03": "Debian"}
 SECURE_BOOT_NODE = "gpu-node-02"
+SECURE_BOOT_NODES = ["gpu-node-01", SECURE_BOOT_NODE]
+# the key pair each distribution's DKMS signs with, where the driver role makes and enrols its MOK
+MOK_PAIRS = {"gpu-node-01": ("/var/lib/shim-signed/mok/MOK.priv", "/var/lib/shim-signed/mok/MOK.der"),
+             "gpu-node-02": ("/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub")}
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
 
 
 @pytest.fixture(scope="module")
 def fleet(needs_root, tmp_path_factory):
     lab = start_lab(str(tmp_path_factory.mktemp("mixed") / "state"), "--nodes", "3",
-                    "--os", "ubuntu2204,rocky9,debian12", "--secure-boot-node", SECURE_BOOT_NODE,
+                    "--os", "ubuntu2204,rocky9,debian12", "--secure-boot-node", "gpu-node-01",
+                    "--secure-boot-node", SECURE_BOOT_NODE,
                     "--boot-delay", "0.5", "--mok-timeout", "60", "--cuda-repo", VERSION)
     # the Ubuntu node takes the driver by packages from (the mirror of) NVIDIA's CUDA repository: branch 615 is past
     # 590, where NVIDIA's Ubuntu names lose the branch (nvidia-driver-open, ...)
@@ -46,14 +53,16 @@ def fleet(needs_root, tmp_path_factory):
     stop_lab(lab)
 
 
-def confirm_mok_at_the_console(lab, node: str, since: float, stop: threading.Event) -> None:
-    """The operator at the node's console: confirms the staged key whenever MokManager waits."""
-    confirmed = 0
+def confirm_mok_at_the_console(lab, nodes: list, since: float, stop: threading.Event) -> None:
+    """The operator at the nodes' consoles: confirms the staged key whenever a node's MokManager waits."""
+    confirmed = {node: 0 for node in nodes}
     while not stop.is_set():
-        waiting = [event for event in lab.events(kind="mok-manager-waiting", since=since) if event["node"] == node]
-        if len(waiting) > confirmed:
-            lab.gpulab("mok-confirm", node)
-            confirmed = len(waiting)
+        events = lab.events(kind="mok-manager-waiting", since=since)
+        for node in nodes:
+            waiting = [event for event in events if event["node"] == node]
+            if len(waiting) > confirmed[node]:
+                lab.gpulab("mok-confirm", node)
+                confirmed[node] = len(waiting)
         stop.wait(0.5)
 
 
@@ -61,7 +70,7 @@ def bootstrap(lab) -> str:
     extra = {"gpuops_driver_version": VERSION, "precheck_require_kubelet": False,
              "nvidia_driver_mok_password": "mixed-fleet-mok"}
     stop = threading.Event()
-    console = threading.Thread(target=confirm_mok_at_the_console, args=(lab, SECURE_BOOT_NODE, time.time(), stop),
+    console = threading.Thread(target=confirm_mok_at_the_console, args=(lab, SECURE_BOOT_NODES, time.time(), stop),
                                daemon=True)
     console.start()
     try:
@@ -103,7 +112,8 @@ def kube_nodes(lab) -> dict:
 
 def test_ubuntu_rocky_and_debian_nodes_become_gpu_nodes_with_the_toolkit_held_and_a_rerun_changes_nothing(fleet):
     assert {node: distribution(fleet, node) for node in FLEET} == FLEET
-    assert fleet.ssh(SECURE_BOOT_NODE, "mokutil --sb-state").stdout.strip() == "SecureBoot enabled"
+    for name in SECURE_BOOT_NODES:
+        assert fleet.ssh(name, "mokutil --sb-state").stdout.strip() == "SecureBoot enabled", name
     assert all(node["status"].get("allocatable", {}).get("nvidia.com/gpu", "0") == "0"
                for node in kube_nodes(fleet).values())
     since = time.time()
@@ -126,11 +136,39 @@ def test_ubuntu_rocky_and_debian_nodes_become_gpu_nodes_with_the_toolkit_held_an
     versions = dict(line.split() for line in query[:len(UBUNTU_DRIVER_PACKAGES)])
     assert versions == {name: VERSION + "-1ubuntu1" for name in UBUNTU_DRIVER_PACKAGES}, query
     assert all(line.split()[1] == "hold" for line in query[len(UBUNTU_DRIVER_PACKAGES):] if line.strip()), query
-    signer = fleet.ssh(SECURE_BOOT_NODE, "modinfo -F signer nvidia").stdout.strip()
-    assert signer == "gpuops.nvidia module signing key"
-    assert [event["node"] for event in fleet.events(kind="mok-enrolled", since=since)] == [SECURE_BOOT_NODE]
+    for name in SECURE_BOOT_NODES:
+        key, certificate = MOK_PAIRS[name]
+        assert fleet.ssh(name, "modinfo -F signer nvidia").stdout.strip() == "gpuops.nvidia module signing key", name
+        assert fleet.ssh(name, "stat -c %%a %s" % key).stdout.strip() == "600", name
+        assert fleet.ssh(name, "mokutil --test-key %s" % certificate, check=False).stdout.strip() == (
+            "%s is already enrolled" % certificate), name
+        dkms_conf = fleet.ssh(name, "cat /etc/dkms/framework.conf.d/gpuops-mok.conf").stdout
+        assert "mok_signing_key=%s\nmok_certificate=%s\n" % (key, certificate) in dkms_conf, name
+    assert sorted(event["node"] for event in fleet.events(kind="mok-enrolled", since=since)) == SECURE_BOOT_NODES
     since = time.time()
     output = bootstrap(fleet)
     for name in FLEET:
         assert re.search(r"%s\s+: ok=\d+\s+changed=0 " % name, output), output[-3000:]
     assert fleet.events(kind="up", since=since) == []
+
+
+def test_a_rocky_node_without_its_kernels_build_tree_gets_it_from_kernel_devel_by_the_driver_role(fleet):
+    release = fleet.ssh(SECURE_BOOT_NODE, "uname -r").stdout.strip()
+    build = "/lib/modules/%s/build" % release
+    fleet.ssh(SECURE_BOOT_NODE, "rm -f %s" % build)
+    play = os.path.join(fleet.state_dir, "driver-role.yml")
+    with open(play, "w") as stream:
+        yaml.safe_dump([{"hosts": SECURE_BOOT_NODE, "become": True, "roles": [
+            {"role": "gpuops.nvidia.nvidia_driver", "nvidia_driver_version": VERSION}]}], stream)
+    done = subprocess.run(["ansible-playbook", "-i", os.path.join(fleet.state_dir, "inventory.yml"), play],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(fleet.env, ANSIBLE_COLLECTIONS_PATH=collections_path()))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    prerequisites = done.stdout.split("Build prerequisites")[1].split("TASK [")[0]
+    assert "changed: [%s]" % SECURE_BOOT_NODE in prerequisites, done.stdout[-6000:]
+    assert fleet.ssh(SECURE_BOOT_NODE, "rpm -q --whatprovides kernel-devel-%s --queryformat '%%{NAME}'"
+                     % release).stdout == "kernel-devel"
+    assert fleet.ssh(SECURE_BOOT_NODE, "readlink %s" % build).stdout.strip() == "/usr/src/kernels/%s" % release
+    # the tree DKMS builds against: a real kernel build tree (the host's Debian headers, at Rocky's path)
+    assert re.match(r"^\d+\.\d+\.\d+", fleet.ssh(SECURE_BOOT_NODE, "make -s -C /usr/src/kernels/%s kernelversion"
+                                                   % release).stdout.strip())

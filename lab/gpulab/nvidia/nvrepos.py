@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import threading
 
-from gpulab.nvidia import debs, rocky_driver_rpms, rpms, toolkit_debs, ubuntu_driver_debs
+from gpulab.nvidia import debs, installer, rocky_driver_rpms, rpms, toolkit_debs, ubuntu_driver_debs
 
 TOOLKIT_VERSIONS = ("1.17.8",)
 TOOLKIT_TREE = "libnvidia-container"
@@ -113,13 +113,19 @@ def build_toolkit_repos(mirror_dir: str, key: SigningKey, versions=TOOLKIT_VERSI
 
 
 def build_rocky_baseos(mirror_dir: str, key: SigningKey) -> str | None:
-    """The part of Rocky 9 BaseOS the roles install (`rpms.build_versionlock_plugin_rpm`, `build_bash_rpm`), with
-    Rocky's layout
+    """The part of Rocky 9 BaseOS the roles install (`rpms.build_versionlock_plugin_rpm`, `build_bash_rpm`,
+    `build_kernel_devel_rpms` of the running kernel when the host has Debian headers to lend it), with Rocky's layout
     (`rocky/9/BaseOS/x86_64/os/`) and key file (`rocky/RPM-GPG-KEY-Rocky-9`); None without the rpm tools."""
     if not (shutil.which("rpmbuild") and shutil.which("createrepo_c")):
         return None
     repo_dir = os.path.join(mirror_dir, ROCKY_BASEOS_DIR)
-    key.sign_rpms([rpms.build_versionlock_plugin_rpm(repo_dir), rpms.build_bash_rpm(repo_dir)])
+    built = [rpms.build_versionlock_plugin_rpm(repo_dir), rpms.build_bash_rpm(repo_dir)]
+    try:
+        # the running kernel's kernel-devel/kernel-headers (what the nvidia_driver role installs when headers miss)
+        built += rpms.build_kernel_devel_rpms(repo_dir, os.uname().release, installer.debian_headers_dir())
+    except installer.InstallerError:
+        pass   # the host has no linux-headers-*: nothing to build the modules with, so no kernel-devel either
+    key.sign_rpms(built)
     key.sign_repomd(rpms.index_repo(repo_dir))
     key.export(os.path.join(mirror_dir, ROCKY_KEY_PATH))
     return repo_dir

@@ -1,7 +1,8 @@
 """rpm packages and dnf repositories of the twin, made with the real tools Debian packages (`rpmbuild`, `rpmsign`,
 `createrepo_c`): the NVIDIA Container Toolkit's rpms (the files and dependencies of `toolkit_debs.package_specs`)
 and what a Rocky 9 node's own repository must offer the roles (`python3-dnf-plugin-versionlock`: a stand-in whose
-plugin is the host's, Debian's `dnf-plugins-core`).
+plugin is the host's, Debian's `dnf-plugins-core`; `kernel-devel`/`kernel-headers` of the running kernel, whose build
+tree is the host's Debian headers at Rocky's path, `/usr/src/kernels/<release>`).
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ def build_rpm(out_dir: str, name: str, version: str, release: str, summary: str,
         fill(tree)
         shutil.rmtree(os.path.join(tree, "DEBIAN"), ignore_errors=True)
         files = []
-        for directory, _subdirs, names in os.walk(tree):
-            for entry in names:
+        for directory, subdirs, names in os.walk(tree):
+            # a symbolic link to a directory is a file of the package too (os.walk lists it with the directories)
+            for entry in names + [sub for sub in subdirs if os.path.islink(os.path.join(directory, sub))]:
                 path = os.path.join(directory, entry)[len(tree):]
                 files.append(("%%config(noreplace) %s" if path in config_files else "%s") % path)
         spec = "\n".join(
@@ -93,6 +95,46 @@ def build_dkms_rpm(out_dir: str) -> str:
             handle.write("The dkms of this node is the host's (Debian's dkms).\n")
     return build_rpm(out_dir, "dkms", "3.1.5", "1.el9", "Dynamic Kernel Module Support Framework", [], fill,
                      arch="noarch")
+
+
+def kernel_rpm_version(release: str) -> tuple:
+    """(version, release) of the kernel packages of a running kernel `release` (`uname -r`). Rocky's own
+    (`5.14.0-503.14.1.el9_5.x86_64`) is `kernel-devel-<version>-<release>.<arch>`; the twin runs the host's kernel,
+    whose release need not be an rpm version (`6.18.44-fc-v1252`: a dash too many, no arch), so the part after the
+    first dash becomes the rpm release with its dashes as underscores."""
+    version, _dash, rest = release.partition("-")
+    return version, (rest.replace("-", "_") or "0")
+
+
+def build_kernel_devel_rpms(out_dir: str, release: str, headers_dir: str) -> list:
+    """Rocky 9 BaseOS's `kernel-devel` and `kernel-headers` of the running kernel `release`, as stand-ins.
+
+    `kernel-devel` puts the kernel's build tree where Rocky has it, `/usr/src/kernels/<release>` (here a link to the
+    host's Debian build tree `headers_dir`, which the node's modules really build against), and provides the name
+    the `nvidia_driver` role asks for (`kernel-devel-<release>`: with the host's release that name is no rpm NEVRA,
+    see `kernel_rpm_version`). On Rocky `/lib/modules/<release>/build` is a link the kernel package owns, dangling
+    until kernel-devel is installed; the twin has no kernel package, so kernel-devel's %post makes the link when
+    the node has none. `kernel-headers` (the kernel's userspace headers in `/usr/include`) only has to be there:
+    the node's `/usr/include` is the host's (Debian's `linux-libc-dev`)."""
+    version, rpm_release = kernel_rpm_version(release)
+
+    def fill_devel(tree: str) -> None:
+        os.makedirs(os.path.join(tree, "usr/src/kernels"))
+        os.symlink(headers_dir, os.path.join(tree, "usr/src/kernels", release))
+
+    def fill_headers(tree: str) -> None:
+        os.makedirs(os.path.join(tree, "usr/share/doc/kernel-headers"))
+        with open(os.path.join(tree, "usr/share/doc/kernel-headers/README.gpulab"), "w", encoding="utf-8") as handle:
+            handle.write("The kernel's userspace headers of this node are the host's (Debian's linux-libc-dev).\n")
+
+    build_link = "/lib/modules/%s/build" % release
+    post = ('if [ ! -e %s ]; then mkdir -p /lib/modules/%s && rm -f %s && ln -s /usr/src/kernels/%s %s; fi'
+            % (build_link, release, build_link, release, build_link))
+    return [build_rpm(out_dir, "kernel-devel", version, rpm_release, "Development package for building kernel modules"
+                      " to match the kernel", [], fill_devel, provides=("kernel-devel-%s" % release,),
+                      scripts={"post": post}),
+            build_rpm(out_dir, "kernel-headers", version, rpm_release, "Header files for the Linux kernel for use by"
+                      " glibc", [], fill_headers)]
 
 
 def index_repo(repo_dir: str) -> str:
