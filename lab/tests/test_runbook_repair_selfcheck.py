@@ -39,6 +39,7 @@ NODE = "gpu-node-01"
 DRIVER = "615.71.09"
 RUNFILE = "/root/NVIDIA-Linux-x86_64-%s.run" % DRIVER
 STATE_FILE = "/var/lib/gpuops/selfcheck.json"
+REPORT_TASK = "Case 7: what the self-check found and what is repaired here"
 PASSWORD = "gpulab-mok-0451"   # the one-time MOK password the test gives diagnose; must never be logged
 LAYOUT = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
 # what the mixed strategy advertises for LAYOUT on GPU 0 of an 8-GPU node
@@ -164,14 +165,17 @@ def test_an_unenrolled_signing_key_is_named_by_the_selfcheck(flow):
 def test_the_dry_run_stages_no_key(flow):
     rc, _shown, changed, failed = flow["sb_dry"]
     assert rc == 0 and not failed
-    assert NODE not in changed, changed
+    # in check mode a changed task is one that would change: the staging is skipped, nothing is staged
+    assert not any("mokutil --import" in task for task in changed.get(NODE, [])), changed
     assert "SHA1 Fingerprint" not in flow["sb_dry_staged"].stdout, flow["sb_dry_staged"]
 
 
 def test_diagnose_stages_the_key_without_logging_the_password_and_says_the_console_must_confirm(flow):
     rc, _shown, changed, failed = flow["sb_fix"]
     assert rc == 0 and not failed, flow["sb_fix_tasks"]
-    assert any("mokutil --import" in task for task in changed[NODE]), changed
+    assert any("mokutil --import" in task for task in changed.get(NODE, [])), (
+        changed, flow["sb_fix_tasks"].get(REPORT_TASK), flow["sb_fix_tasks"].get("Show the node summary, the failing "
+                                                                                  "layer, the cases and their fix"))
     fingerprint = flow["sb_cert_fingerprint"].split("=")[-1].strip().lower()
     assert fingerprint and fingerprint in flow["sb_staged"].stdout.lower(), (fingerprint, flow["sb_staged"])
     said = flow["sb_fix_tasks"]["The key waits for the console's confirmation at the next boot"]["msg"]
@@ -192,16 +196,16 @@ def test_a_lost_mig_layout_is_named_and_the_dry_run_recreates_nothing(flow):
     verdict = flow["mig_verdict"]
     assert (verdict["status"], verdict["code"]) == ("needs_operator", "mig_layout_lost"), verdict
     assert flow["mig_lost_listing"] == []
-    rc, _shown, changed, failed = flow["mig_dry"]
+    rc, _shown, _changed, failed = flow["mig_dry"]
     assert rc == 0 and not failed
-    assert NODE not in changed, changed
     assert flow["mig_dry_listing"] == []
+    assert flow["mig_dry_boots"] == []
 
 
 def test_diagnose_recreates_the_layout_and_its_mig_resources_come_back(flow):
     rc, _shown, changed, failed = flow["mig_fix"]
     assert rc == 0 and not failed
-    assert any("Re-create the layout" in task for task in changed[NODE]), changed
+    assert any("Re-create the layout" in task for task in changed.get(NODE, [])), changed
     assert flow["mig_fix_listing"] == sorted(LAYOUT)
     assert flow["mig_fix_allocatable"] == RESOURCES, flow["mig_fix_allocatable"]
     assert flow["mig_fix_boots"] == []
