@@ -27,7 +27,8 @@ def run_diagnose(lab, tmp_path, limit=None, check_mode=False, tasks_seen=None, *
         if event.get("event") == "runner_on_ok":
             if data.get("task") == SHOW_TASK:
                 shown[data["host"]] = data["res"]["msg"]
-            if data["res"].get("changed"):
+            # a no_log task's result is censored, changed included: the line printed says it
+            if data["res"].get("changed") or "changed: [" in event.get("stdout", ""):
                 changed.setdefault(data["host"], []).append(data.get("task"))
             if tasks_seen is not None:
                 tasks_seen.setdefault(data["host"], {})[data.get("task")] = data["res"]
