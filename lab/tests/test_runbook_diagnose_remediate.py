@@ -8,40 +8,15 @@ A node with a GPU off the bus (Xid 79) is case 4: remediation only cordons and t
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-from conftest import REPO_DIR, collections_path, start_lab, stop_lab
+from conftest import start_lab, stop_lab
+from diagnose_helpers import run_diagnose
 from gpulab.testkit.modules import gpu_allocatable, read_node, wait_allocatable
 
 ansible_runner = pytest.importorskip("ansible_runner")
 
-PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "diagnose.yml")
-SHOW_TASK = "Show the node summary, the failing layer, the cases and their fix"
 DRIVER = "550.54.15"
-
-
-def run_diagnose(lab, tmp_path, **extravars):
-    """(rc, shown message per host, ok task names per host, failed hosts)."""
-    os.makedirs(str(tmp_path), exist_ok=True)
-    result = ansible_runner.run(
-        private_data_dir=str(tmp_path), playbook=PLAYBOOK, inventory=os.path.join(lab.state_dir, "inventory.yml"),
-        extravars=extravars, quiet=True,
-        envvars={"ANSIBLE_COLLECTIONS_PATH": collections_path() or "",
-                 "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
-    shown, changed, failed = {}, {}, set()
-    for event in result.events:
-        data = event.get("event_data", {})
-        if event.get("event") == "runner_on_ok":
-            if data.get("task") == SHOW_TASK:
-                shown[data["host"]] = data["res"]["msg"]
-            if data["res"].get("changed"):
-                changed.setdefault(data["host"], []).append(data.get("task"))
-        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
-            failed.add(data["host"])
-    return result.rc, shown, changed, failed
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,10 @@ reboot and waits for the layout's `nvidia.com/mig-*` resources. gpu-node-04 has 
 A run killed while a MIG node reboots (two nodes of their own, the same layout) is resumed: the node came back
 without its MIG instances, and the resumed run re-creates the layout from the node's record (`mig_layout`, written
 before the drain), so the node is given back with its MIG resources, after one boot.
+
+The upgrade runs dry first (gpuops_confirm unset: nothing changes). After it, gpu-node-04 (MIG GPUs without
+instances, `mig -cgi` failing) gets the GSP's Xid 119 on GPU 0: `diagnose` names case 6 (`mig_create_failed`)
+with the reset and re-create, and changes nothing.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import time
 import pytest
 
 from conftest import collections_path, start_lab, stop_lab
+from diagnose_helpers import run_diagnose
 from upgrade_helpers import DRIVER_LABEL, NEW, OLD, Fleet
 
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
@@ -139,6 +144,18 @@ def test_a_run_killed_during_a_mig_nodes_reboot_recreates_the_layout_from_the_re
 
 
 def test_a_major_upgrade_keeps_the_mig_layouts_and_fails_the_node_whose_layout_cannot_be_recreated(fleet):
+    # the dry run first (gpuops_confirm unset): the plan, and nothing changed on the same fleet
+    since = time.time()
+    _rc, output = fleet.run(gpuops_upgrade_batches=[2, 2], gpuops_max_unavailable=2, gpuops_max_fail_percentage=50)
+    assert "dry run: nothing will be changed" in output, output[-4000:]
+    assert fleet.boots(since) == {}
+    assert fleet.lock_holder() is None
+    for name, node in fleet.nodes().items():
+        assert fleet.record(node) is None and not node["spec"].get("unschedulable"), name
+        assert node["metadata"]["labels"].get(DRIVER_LABEL) != NEW, name
+        assert mig_resources(node) == RESOURCES, (name, mig_resources(node))
+        assert mig_listing(fleet.lab, name) == sorted(LAYOUT[0] + LAYOUT[1]), name
+
     since = time.time()
     rc, output = fleet.run(check=False, gpuops_confirm="gpulab", gpuops_run_id="mig-major",
                            gpuops_upgrade_batches=[2, 2], gpuops_max_unavailable=2,
@@ -165,4 +182,31 @@ def test_a_major_upgrade_keeps_the_mig_layouts_and_fails_the_node_whose_layout_c
     assert "nvidia.com/mig-3g.40gb" not in {k for k, v in (broken["status"].get("allocatable") or {}).items()
                                             if v not in ("0", 0)}
     assert rc != 0 or "failed" in output
+
+
+def test_diagnose_names_case_6_on_the_node_whose_layout_cannot_be_recreated_and_changes_nothing(fleet, tmp_path):
+    """After the upgrade above: gpu-node-04 upgraded, its MIG GPUs without instances (`mig -cgi` answers Unknown
+    Error), and the GSP's Xid 119 on GPU 0 in its kernel log: diagnose names seed case 6 (mig_create_failed) with
+    the reset and the re-create, and changes nothing."""
+    assert mig_listing(fleet.lab, BROKEN) == []
+    fleet.lab.gpulab("fault", BROKEN, "xid:119:0")
+    before = fleet.nodes()[BROKEN]
+    since = time.time()
+    rc, shown, changed, failed = run_diagnose(fleet.lab, tmp_path / "diagnose", limit=BROKEN)
+    assert rc == 0 and not failed, shown
+    assert not changed
+    seen = shown[BROKEN]
+    assert 6 in [case["case"] for case in seen["cases"]], seen
+    found = [entry for entry in seen["diagnosis"] if entry["code"] == "mig_create_failed"]
+    assert len(found) == 1, seen["diagnosis"]
+    assert "GPU 0" in found[0]["message"] and "Xid 119" in found[0]["message"], found
+    assert "NVML_ERROR_UNKNOWN" in found[0]["message"]
+    assert "nvidia-smi -i 0 -r" in found[0]["remedy"] and "nvidia-smi mig -i 0 -cgi" in found[0]["remedy"], found
+    assert "restart the device plugin" in found[0]["remedy"]
+    # nothing changed: no boot, the node as it was (cordoned, same record), still no MIG instance
+    after = fleet.nodes()[BROKEN]
+    assert fleet.boots(since) == {}
+    assert after["spec"].get("unschedulable") == before["spec"].get("unschedulable")
+    assert fleet.record(after) == fleet.record(before)
+    assert mig_listing(fleet.lab, BROKEN) == []
     fleet.lab.gpulab("clear", BROKEN, "mig-create-fail")
