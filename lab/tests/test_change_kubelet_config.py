@@ -9,7 +9,9 @@ On three nodes (a canary of one, then a batch of two): a dry run changes nothing
 out of order are refused before anything changes; a canary whose kubelet refuses the new setting is rolled back
 (with gpuops_change_rollback_on_failure) or stops the run, cordoned, with the reason; a run resumed from a node left
 mid-way finishes it first, then the batch of two, each node drained, its kubelet restarted once on the new
-settings (its CPU manager checkpoint rewritten for the new policy), within the invariants the twin's records show.
+settings (its CPU manager checkpoint rewritten for the new policy), then its device-plugin pod restarted after
+the kubelet (a new pod, created after the kubelet's start: the plugin registers with the new kubelet, the runbook's
+case 1 link), within the invariants the twin's records show.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import yaml
 
 from change_helpers import ChangeFleet
 from conftest import collections_path, start_lab, stop_lab
+from gpulab.kube.sim.deviceplugin import is_device_plugin_pod
 from upgrade_helpers import OLD
 
 pytestmark = pytest.mark.skipif(collections_path() is None, reason="the collection tree is not built (make tree)")
@@ -101,6 +104,21 @@ def node_files(fleet) -> dict:
     return found
 
 
+def plugin_pods(fleet) -> dict:
+    """node -> its device-plugin pod (the last listed where a replaced one is still going away)."""
+    found = {}
+    for pod in fleet.kubectl_json("get", "pods", "-n", "kube-system")["items"]:
+        if is_device_plugin_pod(pod) and not pod["metadata"].get("deletionTimestamp"):
+            found[pod["spec"].get("nodeName")] = pod
+    return found
+
+
+def kubelet_started_at(fleet, name) -> str:
+    """When the node's kubelet last started (RFC 3339, seconds): it binds its registration socket at each start."""
+    epoch = int(fleet.lab.ssh(name, "stat -c %Y /var/lib/kubelet/device-plugins/kubelet.sock").stdout)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
 def records(fleet) -> dict:
     return {name: fleet.change_record(node) for name, node in fleet.nodes().items()}
 
@@ -136,6 +154,7 @@ def test_unknown_fields_and_thresholds_out_of_order_are_refused_before_anything_
 def test_with_rollback_on_failure_a_canary_whose_kubelet_refuses_the_setting_gets_its_config_back(fleet):
     """A high image GC threshold under the node's low one (80 by default): the kubelet refuses to start."""
     before = node_files(fleet)
+    since = time.time()
     rc, output = fleet.run({"settings": {"imageGCHighThresholdPercent": 75}}, check=False, gpuops_confirm="gpulab",
                            gpuops_change_rollback_on_failure=True, gpuops_run_id="kubelet-rollback")
     assert rc != 0 and "the change stopped after batch 1/2" in output
@@ -152,6 +171,7 @@ def test_with_rollback_on_failure_a_canary_whose_kubelet_refuses_the_setting_get
     node = fleet.nodes()["gpu-node-01"]
     assert ready(node) == "True" and not node["spec"].get("unschedulable")
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert fleet.plugin_restarts(since) == {"gpu-node-01": 1}         # after the rollback's kubelet start
     assert fleet.run_record("kubelet-rollback")["outcome"].startswith("stopped after batch 1")
 
 
@@ -193,9 +213,16 @@ def test_a_run_resumed_from_a_node_left_mid_way_finishes_it_then_a_batch_of_two(
                 "config_path": CONFIG}
     fleet.module("node_change_record", {"kind": "kubelet_config", "records": [
         {"name": "gpu-node-03", "state": "applying", "change": change_id, "run_id": "killed", "previous": previous}]})
+    pods_before = plugin_pods(fleet)
     since = time.time()
     fleet.run(PINNED, gpuops_confirm="gpulab", gpuops_run_id="kubelet-resume", gpuops_max_unavailable=2)
     after = node_files(fleet)
+    # each node's device-plugin pod restarted once, after its kubelet: a new pod created after the kubelet's start
+    assert fleet.plugin_restarts(since) == dict.fromkeys(NODES, 1)
+    pods_after = plugin_pods(fleet)
+    for name in NODES:
+        assert pods_after[name]["metadata"]["uid"] != pods_before[name]["metadata"]["uid"], name
+        assert pods_after[name]["metadata"]["creationTimestamp"] >= kubelet_started_at(fleet, name), name
     for name in NODES:
         config, policy, starts = after[name]
         assert policy == "static", name                         # the checkpoint of "none" went, the kubelet wrote

@@ -34,6 +34,7 @@ ansible_runner = pytest.importorskip("ansible_runner")
 PLAYBOOK = os.path.join(REPO_DIR, "playbooks", "diagnose.yml")
 SHOW_TASK = "Show the node summary, the failing layer, the cases and their fix"
 CAUSE_TASK = "Case 3: the cause of the device plugin's crash loop and its repair"
+MIG_TASK = "MIG strategy mismatch: name the configuration to fix (no change)"
 DRIVER = "550.54.15"
 SOCKET = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
 CAUSES = {"gpu-node-01": "version_skew", "gpu-node-02": "stale_socket", "gpu-node-03": "kubelet_not_registering",
@@ -82,8 +83,9 @@ def start_gpu_pod(lab, node):
     raise AssertionError("gpu-job not Running: %s" % phase)
 
 
-def run_diagnose(lab, tmp_path, check=False, hosts=None, **extravars):
-    """(rc, shown per host, cause per host, changed tasks per host, failed (host, task, msg), audit lines)."""
+def run_diagnose(lab, tmp_path, check=False, hosts=None, messages=None, **extravars):
+    """(rc, shown per host, cause per host, changed tasks per host, failed (host, task, msg), audit lines); with
+    ``messages`` (a dict), also what the task it names said, per host: ``{task: {host: msg}}``."""
     os.makedirs(str(tmp_path), exist_ok=True)
     audit = os.path.join(str(tmp_path), "audit.jsonl")
     if hosts:
@@ -102,6 +104,8 @@ def run_diagnose(lab, tmp_path, check=False, hosts=None, **extravars):
                 shown[data["host"]] = data["res"]["msg"]
             if data.get("task") == CAUSE_TASK:
                 causes[data["host"]] = data["res"]["msg"]
+            if messages is not None and data.get("task") in messages:
+                messages[data["task"]][data["host"]] = data["res"].get("msg")
             if data["res"].get("changed"):
                 changed.setdefault(data["host"], []).append(data.get("task"))
         elif event.get("event") in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
@@ -168,13 +172,22 @@ def test_each_crash_cause_is_named_then_repaired(fleet, tmp_path):
         assert not read_node(lab, node)["spec"].get("unschedulable")
 
     # the confirmed repair
-    rc, _shown, causes, changed, failed, audit = run_diagnose(lab, tmp_path / "repair", **confirm)
+    said = {MIG_TASK: {}}
+    rc, _shown, causes, changed, failed, audit = run_diagnose(lab, tmp_path / "repair", messages=said, **confirm)
     assert rc == 0 and not failed, failed
     assert gpu_allocatable(lab, "gpu-node-02") == "8"
     assert lab.ssh("gpu-node-02", "test -e " + SOCKET, check=False).returncode != 0
     assert gpu_allocatable(lab, "gpu-node-03") == "8"
     # MIG strategy mismatch: reported with the configuration to fix, nothing changed
     assert gpu_allocatable(lab, "gpu-node-04") == "0" and "gpu-node-04" not in changed
+    assert list(said[MIG_TASK]) == ["gpu-node-04"], said
+    mig_fix = said[MIG_TASK]["gpu-node-04"]
+    for named in ("runs with MIG strategy single",                   # the strategy the plugin runs with
+                  "invalid MIG configuration",                        # its own words
+                  "migStrategy", "DaemonSet nvidia-device-plugin-daemonset", "ClusterPolicy spec.mig.strategy",
+                  "no GPU in MIG mode",                               # the node's layout, from its facts
+                  "nvidia.com/mig.config", "nothing was changed"):
+        assert named in mig_fix, (named, mig_fix)
     # version skew while a process holds the GPU: cordoned with the reason, no reboot
     node01 = read_node(lab, "gpu-node-01")
     assert node01["spec"].get("unschedulable") is True
@@ -201,3 +214,79 @@ def test_each_crash_cause_is_named_then_repaired(fleet, tmp_path):
     assert ("gpu-node-01", "reboot") in {(line.get("host"), line.get("step")) for line in audit
                                          if line.get("event") == "task" and line.get("status") == "changed"}
     lab.gpulab("clear", "gpu-node-04", "device-plugin-mig-mismatch", check=False)
+
+
+def start_gpu_deployment(lab, node, name="gpu-train"):
+    """A Deployment of one pod holding one GPU on ``node`` (a workload a drain may evict), its pod Running."""
+    labels = {"app": name}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": name, "namespace": "default", "labels": labels},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels}, "spec": {
+                               "nodeSelector": {"kubernetes.io/hostname": node},
+                               "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                                               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    done = subprocess.run(["kubectl", "--kubeconfig", lab.info["kube"]["kubeconfig"], "apply", "-f", "-"],
+                          input=json.dumps(deployment), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = [pod for pod in json.loads(kubectl(lab, "get", "pods", "-n", "default", "-l", "app=" + name,
+                                                  "-o", "json").stdout)["items"]
+                if pod["status"].get("phase") == "Running" and pod["spec"].get("nodeName") == node]
+        if pods:
+            return pods[0]
+        time.sleep(0.3)
+    raise AssertionError("%s: no Running pod on %s" % (name, node))
+
+
+def test_version_skew_on_a_node_whose_gpu_is_in_use_reboots_only_with_the_forced_step(fleet, tmp_path):
+    """gpu-node-02 (repaired above): a Deployment's pod holds one of its GPUs, then the driver-skew and a plugin
+    restart. Without gpuops_device_plugin_force_reboot the repair only cordons and annotates; with it (the
+    documented forced step) the node is drained (the pod evicted), rebooted, verified and given back, and the audit
+    trail names the forced drain and the reboot."""
+    lab, node = fleet, "gpu-node-02"
+    assert wait_allocatable(lab, node, "8", timeout_s=90) == "8"
+    holder = start_gpu_deployment(lab, node)
+    held = "%s/%s" % (holder["metadata"]["namespace"], holder["metadata"]["name"])
+    lab.gpulab("fault", node, "driver-skew")
+    kubectl(lab, "delete", "pod", "-n", "kube-system", plugin_pod(lab, node)["metadata"]["name"], "--wait=false")
+    wait_crash_loop(lab, node)
+    assert wait_allocatable(lab, node, "0", timeout_s=90) == "0"
+    boot = lab.node_status(node)["boot_id"]
+    confirm = {"gpuops_remediate": True}
+    try:
+        # without the flag: cordoned, annotated with the pod, no reboot, nothing else changed on the node
+        rc, _shown, causes, _changed, failed, audit = run_diagnose(lab, tmp_path / "unforced", hosts=node, **confirm)
+        assert rc == 0 and not failed, failed
+        assert causes[node]["cause"] == "version_skew" and causes[node]["gpu_pods"] == [held], causes[node]
+        stopped = read_node(lab, node)
+        assert stopped["spec"].get("unschedulable") is True
+        why = stopped["metadata"]["annotations"]["gpuops.nvidia/device-plugin-repair"]
+        assert "GPU is in use" in why and held in why and "gpuops_device_plugin_force_reboot" in why, why
+        assert lab.node_status(node)["boot_id"] == boot
+        steps = {(line.get("host"), line.get("step")) for line in audit
+                 if line.get("event") == "task" and line.get("status") == "changed"}
+        assert not [step for step in steps if step[1] in ("forced_drain", "reboot", "module_reload")], steps
+
+        # with the forced step: drained, rebooted, verified, given back
+        rc, _shown, causes, _changed, failed, audit = run_diagnose(lab, tmp_path / "forced", hosts=node,
+                                                                  gpuops_device_plugin_force_reboot=True, **confirm)
+        assert rc == 0 and not failed, failed
+        assert causes[node]["cause"] == "version_skew"
+        assert lab.node_status(node)["boot_id"] != boot
+        assert gpu_allocatable(lab, node) == "8"
+        given_back = read_node(lab, node)
+        assert not given_back["spec"].get("unschedulable")
+        assert "gpuops.nvidia/device-plugin-repair" not in (given_back["metadata"].get("annotations") or {})
+        assert lab.ssh(node, "cat /sys/module/nvidia/version").stdout.strip() == DRIVER
+        # the pod that held the GPU was evicted by the drain (its Deployment made another)
+        names = [pod["metadata"]["name"] for pod in json.loads(kubectl(
+            lab, "get", "pods", "-n", "default", "-l", "app=gpu-train", "-o", "json").stdout)["items"]]
+        assert holder["metadata"]["name"] not in names, names
+        steps = [line.get("step") for line in audit if line.get("event") == "task" and line.get("host") == node
+                 and line.get("status") == "changed" and line.get("step")]
+        assert "forced_drain" in steps and "reboot" in steps, steps
+        assert steps.index("forced_drain") < steps.index("reboot"), steps
+    finally:
+        kubectl(lab, "delete", "deployment", "-n", "default", "gpu-train", "--wait=false")
