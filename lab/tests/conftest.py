@@ -32,15 +32,15 @@ FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"
 # minutes last, alone). The files that take minutes go first, longest first, so the suite ends with short files.
 LONGEST_FIRST = (
     "test_runbook_upgrade_packages.py", "test_runbook_batch_faults.py", "test_runbook_upgrade_mig.py",
-    "test_runbook_upgrade_faults.py",
+    "test_runbook_node_bootstrap.py", "test_runbook_upgrade_faults.py",
     "test_runbook_driver_upgrade.py", "test_role_nvidia_driver.py", "test_runbook_operator_upgrade.py",
     "test_runbook_repair_device_plugin.py", "test_runbook_repair_selfcheck.py", "test_node_selfcheck.py",
-    "test_runbook_upgrade_mig_operator.py",
-    "test_change_mig_layout.py",
+    "test_change_kubelet_config.py", "test_runbook_upgrade_dcgm.py", "test_runbook_upgrade_mig_operator.py",
+    "test_change_mig_layout.py", "test_runbook_repair_xid79.py",
     "test_runbook_repair_skew_reload.py", "test_alertmanager_silence.py",
-    "test_runbook_node_bootstrap.py", "test_runbook_bootstrap_batches.py", "test_hardening_lock_rbac.py",
+    "test_runbook_bootstrap_batches.py", "test_hardening_lock_rbac.py",
     "test_runbook_upgrade_multinode.py", "test_runner_upgrade_bastion.py", "test_lab_gpu_operator.py",
-    "test_chaos_seed_214.py", "test_runbook_repair_xid79.py", "test_chaos_seed_364.py", "test_chaos_seed_15.py",
+    "test_chaos_seed_214.py", "test_chaos_seed_364.py", "test_chaos_seed_15.py",
     "test_chaos_ssh_cut.py", "test_gates_drain.py",
 )
 
