@@ -33,4 +33,3 @@ def test_an_inventorys_key_pair_wins_over_the_distributions():
                       nvidia_driver_mok_certificate="/srv/mok/cert.der")
     assert (rendered["nvidia_driver_mok_private_key"], rendered["nvidia_driver_mok_certificate"]) == (
         "/srv/mok/key.pem", "/srv/mok/cert.der")
-
