@@ -109,6 +109,12 @@ def end_boot(process, namespace) -> None:
             process.wait(5)
     if namespace:
         wait_namespace_empty(namespace)
+        left = pids_in_namespace(namespace)
+        if left:
+            # On a loaded host a killed namespace can take longer than that to empty (CI saw a process outlive
+            # `gpulab down`): kill what is left by PID and wait again.
+            kill_pids(left, signal.SIGKILL)
+            wait_namespace_empty(namespace, 30)
 
 
 def process_name(pid: int) -> str:
