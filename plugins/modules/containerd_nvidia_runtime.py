@@ -437,13 +437,6 @@ def _configure_rancher(module, result, flavor, runtimes, containerd):
     return plan, config_path, drop_in_path is not None and containerd.binary is not None
 
 
-def _dump_or_fail(module, containerd, config_path, when):
-    dump, error = containerd.dump(config_path)
-    if error is not None:
-        module.fail_json(msg="containerd config dump of %s failed %s: %s" % (config_path, when, error))
-    return dump
-
-
 def _validate_after(module, containerd, config_path, plan, runtimes, result):
     dump, error = containerd.dump(config_path)
     problems = [error] if error is not None else cc.runtime_problems(
