@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -440,6 +441,26 @@ def write_result(result: dict, results_dir: str) -> str:
     return path
 
 
+def soak_lines(results: list) -> list:
+    """One line per `chaos.py` invocation (its rounds carry its start as `soak`): the soak's own counts."""
+    soaks = {}
+    for result in results:
+        soaks.setdefault(result.get("soak"), []).append(result)
+    lines = []
+    for soak, rounds in sorted(soaks.items(), key=lambda item: str(item[0])):
+        started = min(time.mktime(time.strptime(r["when"], "%Y-%m-%d %H:%M UTC")) for r in rounds) if soak else 0
+        ended = max(time.mktime(time.strptime(r["when"], "%Y-%m-%d %H:%M UTC")) + r["wall_s"] for r in rounds)
+        lines.append("- %s: %d rounds, %d violations, %d ending in a state the docs do not describe%s" % (
+            "soak started %s (one `chaos.py` run, --jobs %s, seeds %s-%s)" % (
+                soak, rounds[0].get("jobs", 1), rounds[0]["seed"], rounds[-1]["seed"]) if soak
+            else "earlier rounds, run a few at a time while the harness grew",
+            len(rounds), sum(len(r["violations"]) for r in rounds),
+            sum(1 for r in rounds if not r["documented_end"]),
+            ", %.0f s of rounds in %.0f min" % (sum(r["wall_s"] for r in rounds), (ended - started) / 60)
+            if soak else ""))
+    return lines + [""]
+
+
 def write_markdown(results_dir: str) -> str:
     results = []
     for path in sorted(glob.glob(os.path.join(results_dir, "chaos", "*.json"))):
@@ -460,6 +481,7 @@ def write_markdown(results_dir: str) -> str:
              "Rounds: %d; violations: %d; rounds ending in a state the docs do not describe: %d; time: %.0f s." % (
                  len(results), violations, sum(1 for result in results if not result["documented_end"]),
                  sum(result["wall_s"] for result in results)), "",
+             ] + soak_lines(results) + [
              "| seed | nodes | budget | batches | rollback | wait for Job | faults (kind @ phase) | runs (rc) | "
              "end states | violations | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
@@ -489,6 +511,7 @@ def write_markdown(results_dir: str) -> str:
     if notes:
         lines += ["", "## Notes", ""] + ["- seed %s: %s" % item for item in notes]
     path = os.path.join(results_dir, "chaos.md")
+    os.makedirs(results_dir, exist_ok=True)
     with open(path, "w") as stream:
         stream.write("\n".join(lines) + "\n")
     return path
@@ -509,6 +532,7 @@ def main() -> int:
                         " the schedule of a round is its seed's whatever the jobs, its timing shares the CPUs)")
     parser.add_argument("--report", action="store_true", help="only rewrite chaos.md from the results")
     args = parser.parse_args()
+    args.soak = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     broken = 0
     seeds = [] if args.report else args.seeds
     if args.jobs > 1 and len(seeds) > 1:
@@ -525,16 +549,29 @@ def main() -> int:
 
 
 def play_round(seed: int, args) -> dict:
-    """One round of main's seeds (in a worker process with --jobs: its lines carry the seed)."""
-    prefix = "[seed %s] " % seed if args.jobs > 1 else ""
-    result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes,
-                       log=lambda text: print(prefix + text, flush=True),
-                       kinds=None if args.kinds == "default" else KIND_SETS[args.kinds])
+    """One round of main's seeds (in a worker process with --jobs). A round the harness could not finish is
+    reported as such and the others go on."""
+    prefix = "[seed %s] " % seed    # a round's lines carry its seed already (Round.log); the traceback too
+    started = time.time()
+    try:
+        result = run_round(seed, os.path.join(args.work_dir, str(seed)), args.nodes,
+                           log=lambda text: print(text, flush=True),
+                           kinds=None if args.kinds == "default" else KIND_SETS[args.kinds])
+    except Exception:  # noqa: BLE001 - a round the harness could not finish is reported, the others go on
+        print(prefix + traceback.format_exc(), flush=True)
+        return {"seed": seed, "harness_error": traceback.format_exc().splitlines()[-1],
+                "wall_s": time.time() - started, "soak": args.soak}
     result["kinds"] = args.kinds    # the set the faults were drawn from: `--kinds` replays the round
+    result["soak"] = args.soak      # the invocation the round belongs to: its rounds are counted together
+    result["jobs"] = args.jobs
     return result
 
 
 def report_round(result: dict, results_dir: str) -> int:
+    if "harness_error" in result:
+        print("seed %s: the harness failed (%s) after %.0f s; no result written" % (
+            result["seed"], result["harness_error"], result["wall_s"]), flush=True)
+        return 1
     print("seed %s: %d violation(s), %s, %.0f s -> %s" % (
         result["seed"], len(result["violations"]), result["end_states"], result["wall_s"],
         write_result(result, results_dir)), flush=True)

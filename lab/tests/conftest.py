@@ -32,7 +32,7 @@ FIXTURE_DIRS = (os.path.join(REPO_DIR, "tests", "unit", "fixtures", "nvidia_smi"
 # minutes last, alone). The files that take minutes go first, longest first, so the suite ends with short files.
 LONGEST_FIRST = (
     "test_runbook_upgrade_packages.py", "test_runbook_batch_faults.py", "test_runbook_upgrade_mig.py",
-    "test_runbook_node_bootstrap.py", "test_runbook_upgrade_faults.py",
+    "test_chaos_sample.py", "test_runbook_node_bootstrap.py", "test_runbook_upgrade_faults.py",
     "test_runbook_driver_upgrade.py", "test_role_nvidia_driver.py", "test_runbook_operator_upgrade.py",
     "test_runbook_repair_device_plugin.py", "test_runbook_repair_selfcheck.py", "test_node_selfcheck.py",
     "test_change_kubelet_config.py", "test_runbook_upgrade_dcgm.py", "test_runbook_upgrade_mig_operator.py",
