@@ -48,8 +48,8 @@ sys.path.insert(0, os.path.join(REPO, "lab"))
 from alertmanager_harness import AlertmanagerServer  # noqa: E402
 from chaos_faults import Injector  # noqa: E402
 from chaos_invariants import (FINAL_STATES, audit_names_actions, audit_ts, budget_at_own_cordons,  # noqa: E402
-                              lock_at_end, node_end_state, reboots_per_upgrade, record_of, run_agrees,
-                              silences_left, twin_actions, untouched_after_a_stop, violation)
+                              faults_after_last_look, lock_at_end, node_end_state, reboots_per_upgrade, record_of,
+                              run_agrees, silences_left, twin_actions, untouched_after_a_stop, violation)
 from chaos_schedule import KIND_SETS, budget_of, plan_round  # noqa: E402
 from conftest import collections_path, start_lab, stop_lab  # noqa: E402
 from gpulab.kube.api.recorder import read_records  # noqa: E402
@@ -402,8 +402,11 @@ def judge(chaos: Round, lab, alertmanager, watcher: Watcher, killed_runs: list, 
                   for v in checked["pdb_violations"]]
     violations += budget_at_own_cordons(changes, budget)
     violations += reboots_per_upgrade(boots, final_records)
+    after_last_look = {}
     for name, node in sorted(nodes.items()):
-        violations += node_end_state(name, node, loaded_version(lab, name), TO)
+        after_last_look[name] = faults_after_last_look(name, audit, events)
+        violations += node_end_state(name, node, loaded_version(lab, name), TO,
+                                     health_unseen=bool(after_last_look[name]))
     violations += untouched_after_a_stop(changes, audit)
     violations += lock_at_end(lock_holder(lab))
     violations += silences_left(silences(alertmanager.url), final_records)
@@ -425,6 +428,8 @@ def judge(chaos: Round, lab, alertmanager, watcher: Watcher, killed_runs: list, 
         "documented_end": all(state in FINAL_STATES + (None,) for state in end_states.values()),
         "max_unavailable_gpu_nodes": checked["max_unavailable_gpu_nodes"], "evictions": checked["evictions_admitted"],
         "boots": boots, "audit_lines": len(audit), "audit_verify": verified["output"],
+        # faults that hit a node after the run's last check of it (its health at the end is not judged)
+        "faults_after_last_look": {name: found for name, found in after_last_look.items() if found},
         "violations": violations,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(round_start)),
         "load_avg": [round(x, 2) for x in os.getloadavg()], "host": platform.node(), "cpus": os.cpu_count(),

@@ -68,7 +68,8 @@ def reboots_per_upgrade(boots: dict, final_records: dict) -> list:
     found = []
     for name, count in sorted(boots.items()):
         record = final_records.get(name)
-        allowed = 0 if record is None else 1 + (1 if "rolling-back" in (record.get("steps") or {})
+        # a rollback (rolled back, or failed after `rollback_to` was recorded at its start) reboots once more
+        allowed = 0 if record is None else 1 + (1 if record.get("rollback_to")
                                                 or record.get("state") == "rolled-back" else 0)
         if count > allowed:
             found.append(violation("reboots", "%s booted %d times, %d allowed (record %s)" % (
@@ -78,10 +79,27 @@ def reboots_per_upgrade(boots: dict, final_records: dict) -> list:
 
 # --------------------------------------------------------------------------- the nodes' end state
 
-def node_end_state(name: str, node: dict, loaded_version, target: str) -> list:
+# node faults that take a node's health (Ready, allocatable GPUs) after the run last checked it: the run cannot
+# see them, so a done node they hit is judged on the rest (cordon, driver, label); the round reports them
+HEALTH_FAULTS = ("device-plugin-crash", "kubelet-down", "kubelet-restart", "stale-device-plugin", "xid:48", "xid:79")
+
+
+def faults_after_last_look(name: str, audit: list, events: list) -> list:
+    """The twin's faults on node ``name`` that fired after the run's last gate on it (audit lines with event
+    `gate` and host ``name``): {fault, fired, last_look} (epoch seconds), [] when it had no gate."""
+    looks = [audit_ts(line["ts"]) for line in audit if line.get("event") == "gate" and line.get("host") == name]
+    if not looks:
+        return []
+    return [{"fault": event["fault"], "fired": event["ts"], "last_look": max(looks)} for event in events
+            if event.get("kind") == "fault" and event.get("node") == name and event.get("fault") in HEALTH_FAULTS
+            and event.get("ts", 0) > max(looks)]
+
+
+def node_end_state(name: str, node: dict, loaded_version, target: str, health_unseen: bool = False) -> list:
     """A node with a record ends done (uncordoned, Ready, every GPU allocatable, the target loaded and labelled),
     rolled back (the same on its previous version) or failed (cordoned, with the reason); a node without one is
-    not left cordoned."""
+    not left cordoned. ``health_unseen``: a fault took the node's health after the run last checked it
+    (`faults_after_last_look`), so Ready and allocatable are not the run's to answer for."""
     record = record_of(node)
     cordoned = bool((node.get("spec") or {}).get("unschedulable"))
     status = node.get("status") or {}
@@ -100,8 +118,8 @@ def node_end_state(name: str, node: dict, loaded_version, target: str) -> list:
             name, "not cordoned" if not cordoned else "without a reason"), node=name, record=record)]
     if state in ("done", "rolled-back"):
         driver = target if state == "done" else record.get("from")
-        problems = [what for what, bad in (("cordoned", cordoned), ("not Ready", not ready),
-                                          ("GPUs not all allocatable", not gpus_back),
+        problems = [what for what, bad in (("cordoned", cordoned), ("not Ready", not ready and not health_unseen),
+                                          ("GPUs not all allocatable", not gpus_back and not health_unseen),
                                           ("labelled %s" % label, label != driver),
                                           ("loads %s" % loaded_version, loaded_version != driver)) if bad]
         if problems:

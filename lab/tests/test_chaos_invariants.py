@@ -87,13 +87,38 @@ def test_someone_elses_cordon_and_our_node_going_notready_are_not_a_new_cordon()
 
 def test_one_boot_per_upgrade_and_one_more_for_a_rollback():
     records = {"a": {"state": "done", "steps": {"draining": 1}},
-               "b": {"state": "rolled-back", "steps": {"rolling-back": 2}}, "c": None}
-    assert reboots_per_upgrade({"a": 1, "b": 2}, records) == []
-    found = reboots_per_upgrade({"a": 2, "b": 3, "c": 1}, records)
-    assert [item["node"] for item in found] == ["a", "b", "c"]
+               "b": {"state": "rolled-back", "rollback_to": OLD}, "c": None,
+               # chaos seed 2008: a rollback that failed at its verify rebooted the node a second time
+               "d": {"state": "failed", "rollback_to": OLD, "reason": "...; rollback to %s failed: ..." % OLD},
+               "e": {"state": "failed", "reason": "no GPUs after boot"}}
+    assert reboots_per_upgrade({"a": 1, "b": 2, "d": 2, "e": 1}, records) == []
+    found = reboots_per_upgrade({"a": 2, "b": 3, "c": 1, "d": 3, "e": 2}, records)
+    assert [item["node"] for item in found] == ["a", "b", "c", "d", "e"]
 
 
 # --------------------------------------------------------------------------- end state
+
+def test_a_fault_after_the_runs_last_look_at_a_done_node_leaves_its_health_out_of_the_judgement():
+    # chaos seed 2013: the device plugin of gpu-node-02 crash-looped from 24 s after the run's last gate on it (the
+    # batch's nodes still offer all their GPUs, after the soak); the round's end found it done, GPUs not allocatable
+    from chaos_invariants import faults_after_last_look
+    audit = [{"event": "gate", "host": "gpu-node-02", "ts": "2026-12-05T08:36:01.313Z"},
+             {"event": "task", "host": "gpu-node-02", "ts": "2026-12-05T08:36:30.000Z"},
+             {"event": "gate", "host": "gpu-node-03", "ts": "2026-12-05T08:36:40.000Z"}]
+    last_look = 1796459761.313
+    crash = {"kind": "fault", "node": "gpu-node-02", "fault": "device-plugin-crash", "ts": last_look + 24.4}
+    early = dict(crash, ts=last_look - 5)
+    assert faults_after_last_look("gpu-node-02", audit, [crash]) == [
+        {"fault": "device-plugin-crash", "fired": crash["ts"], "last_look": last_look}]
+    assert faults_after_last_look("gpu-node-02", audit, [early]) == []
+    assert faults_after_last_look("gpu-node-02", audit, [dict(crash, fault="dkms-fail")]) == []
+    assert faults_after_last_look("gpu-node-04", audit, [dict(crash, node="gpu-node-04")]) == []    # never looked at
+    crashed = node("a", record={"state": "done", "from": OLD}, gpus="0")
+    assert node_end_state("a", crashed, NEW, NEW) != []
+    assert node_end_state("a", crashed, NEW, NEW, health_unseen=True) == []
+    assert node_end_state("a", node("a", cordoned=True, record={"state": "done", "from": OLD}), NEW, NEW,
+                          health_unseen=True) != []
+
 
 def test_done_rolled_back_and_failed_nodes_in_the_state_the_docs_describe_pass():
     assert node_end_state("a", node("a", record={"state": "done", "from": OLD}), NEW, NEW) == []

@@ -109,6 +109,13 @@ nodes:
     ready:
       description: Whether the replacement pod is Running and Ready.
       type: bool
+    pod_state:
+      description:
+        - What keeps the replacement pod from being ready, as C(kubectl get pods) and C(kubectl describe pod) say
+          it (its waiting reason, restarts, the last exit code and message); null once it is ready. The module's
+          message repeats it when the replacement is not ready in time.
+      type: str
+      sample: "CrashLoopBackOff, 3 restarts, last exit 1: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"
     capacity:
       description: The node's C(nvidia.com/*) capacity.
       type: dict

@@ -12,7 +12,7 @@ version_added: 0.1.0
 description:
   - Writes the C(gpuops.nvidia/driver-upgrade) annotation of a node, the resume point of the
     C(gpuops.nvidia.driver_upgrade) runbook, as compact JSON (C(state), C(from), C(to), C(run_id),
-    C(boot_id_before), C(cordoned_by_us), C(reason), C(mig_layout), and C(steps), the time the node first entered
+    C(boot_id_before), C(cordoned_by_us), C(reason), C(mig_layout), C(rollback_to), and C(steps), the time the node first entered
     each state). Fields not given are kept from the record of the same target, so each step says only what changed.
   - While the node is in maintenance (states C(planned) to C(verifying)) it is excluded from the auto-remediators
     that would reboot or replace it (medik8s C(remediation.medik8s.io/exclude-from-remediation), Cluster API
@@ -63,6 +63,13 @@ options:
   reason:
     description: Why the node failed or was rolled back.
     type: str
+  rollback_to:
+    description:
+      - The driver version a rollback of the node puts back, written when the rollback starts (record field
+        C(rollback_to)). A record left C(failed) by a rollback that did not finish then says so, and that the node
+        may have rebooted a second time (for the rollback).
+      - Dropped when a failed node is retried (O(state=draining)).
+    type: str
   mig_layout:
     description:
       - The node's MIG layout read before the upgrade (the C(record) of the P(gpuops.nvidia.mig_layout#filter)
@@ -78,7 +85,7 @@ options:
     description:
       - The records of a batch of nodes, written in one module process instead of O(name).
       - A field a record does not give is taken from the options of the same name (O(from_version),
-        O(to_version), O(run_id), O(boot_id_before), O(cordoned_by_us), O(reason)).
+        O(to_version), O(run_id), O(boot_id_before), O(cordoned_by_us), O(reason), O(rollback_to)).
     type: list
     elements: dict
     suboptions:
@@ -108,6 +115,9 @@ options:
         type: bool
       reason:
         description: As O(reason).
+        type: str
+      rollback_to:
+        description: As O(rollback_to).
         type: str
       mig_layout:
         description: As O(mig_layout).
@@ -199,7 +209,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.record impor
 
 STATES = ["planned", "draining", "installing", "rebooting", "verifying", "done", "failed", "rolled-back", "absent"]
 FIELDS = (("from", "from_version"), ("to", "to_version"), ("run_id", "run_id"), ("boot_id_before", "boot_id_before"),
-          ("cordoned_by_us", "cordoned_by_us"), ("reason", "reason"), ("mig_layout", "mig_layout"))
+          ("cordoned_by_us", "cordoned_by_us"), ("reason", "reason"), ("mig_layout", "mig_layout"),
+          ("rollback_to", "rollback_to"))
 
 
 def record_fields(record, defaults):
@@ -249,6 +260,7 @@ def main():
         cordoned_by_us=dict(type="bool"),
         reason=dict(type="str"),
         mig_layout=dict(type="list", elements="dict"),
+        rollback_to=dict(type="str"),
     )
     argument_spec = dict(
         K8S_AUTH_ARG_SPEC,
@@ -261,6 +273,7 @@ def main():
         cordoned_by_us=dict(type="bool"),
         reason=dict(type="str"),
         mig_layout=dict(type="list", elements="dict"),
+        rollback_to=dict(type="str"),
         exclude_from_remediation=dict(type="bool", default=True),
         records=dict(type="list", elements="dict", options=record_spec),
         workers=dict(type="int", default=8),
@@ -281,7 +294,7 @@ def main():
     fields = {"state": params["state"], "from": params["from_version"], "to": params["to_version"],
               "run_id": params["run_id"], "boot_id_before": params["boot_id_before"],
               "cordoned_by_us": params["cordoned_by_us"], "reason": params["reason"],
-              "mig_layout": params["mig_layout"]}
+              "mig_layout": params["mig_layout"], "rollback_to": params["rollback_to"]}
     try:
         written = write_record(nodes, params["name"], fields, params["exclude_from_remediation"], module.check_mode,
                                is_conflict=lambda error: status_of(error)[0] == 409)

@@ -50,13 +50,38 @@ def plugin_pod(pods, daemonset, node_name):
 
 
 def replacement(pods, daemonset, node_name, old_uid):
-    """The pod that replaced ``old_uid`` on the node, or None: ``{"pod", "ready"}`` (ready: Running and Ready)."""
+    """The pod that replaced ``old_uid`` on the node, or None: ``{"pod", "ready", "state"}`` (ready: Running and
+    Ready; state: what keeps it from being ready, as `pod_state` says)."""
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") == node_name and _owned_by(pod, daemonset) and _alive(pod) \
                 and _meta(pod).get("uid") != old_uid:
             ready = (pod.get("status") or {}).get("phase") == "Running" and _is_ready(pod)
-            return {"pod": _meta(pod).get("name"), "ready": ready}
+            return {"pod": _meta(pod).get("name"), "ready": ready, "state": None if ready else pod_state(pod)}
     return None
+
+
+def pod_state(pod):
+    """Why a pod is not ready, in the words ``kubectl get pods`` and ``describe`` use: its phase, a container's
+    waiting reason (CrashLoopBackOff, ImagePullBackOff ...), its restarts and the last termination's exit code and
+    message; None when the pod says nothing of it."""
+    status = pod.get("status") or {}
+    parts = []
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            parts.append(waiting["reason"])
+        if container.get("restartCount"):
+            parts.append("%d restarts" % container["restartCount"])
+        terminated = ((container.get("lastState") or {}).get("terminated")
+                      or (container.get("state") or {}).get("terminated") or {})
+        if terminated:
+            message = (terminated.get("message") or terminated.get("reason") or "").strip().splitlines()
+            parts.append("last exit %s%s" % (terminated.get("exitCode"), ": " + message[-1] if message else ""))
+        if parts:
+            break
+    if not parts and status.get("phase") and status.get("phase") != "Running":
+        parts.append(status["phase"])
+    return ", ".join(parts) or None
 
 
 def gpu_resources(node):

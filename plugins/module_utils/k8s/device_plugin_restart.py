@@ -31,7 +31,7 @@ class NodeRestart:
         self.deadline = deadline
         self.wait_allocatable = wait_allocatable
         self.report = {"node": self.node_name, "deleted_pod": pod["metadata"]["name"], "new_pod": None,
-                       "ready": False}
+                       "ready": False, "pod_state": None}
         self.resources = _device_plugin.gpu_resources(node)
         self.error = None
 
@@ -66,7 +66,7 @@ class NodeRestart:
     def _replacement_ready(self, pods):
         found = _device_plugin.replacement(pods, self.daemonset, self.node_name, self.pod["metadata"]["uid"])
         if found:
-            self.report.update(new_pod=found["pod"], ready=found["ready"])
+            self.report.update(new_pod=found["pod"], ready=found["ready"], pod_state=found["state"])
         return bool(found and found["ready"])
 
     def _allocatable_back(self, nodes):
@@ -95,8 +95,10 @@ class NodeRestart:
                 if status_of(error)[0] not in (404, 409):     # already gone (or replaced): wait for the new one
                     raise
             if not self._wait_for_pod():
-                self.error = "replacement of %s on node %s not Running and Ready in time" % (
-                    self.pod["metadata"]["name"], self.node_name)
+                state = self.report.get("pod_state")
+                self.error = "replacement of %s on node %s not Running and Ready in time%s" % (
+                    self.pod["metadata"]["name"], self.node_name,
+                    " (%s: %s)" % (self.report["new_pod"], state) if state else "")
             elif self.wait_allocatable and not self._wait_for_allocatable():
                 self.error = ("node %s: GPU allocatable %s still differs from capacity %s"
                               % (self.node_name, self.resources["allocatable"], self.resources["capacity"]))

@@ -58,7 +58,9 @@ def record_patch(node: dict, fields: dict, exclude_from_remediation: bool = True
     target = kind.target_field
     record = dict(previous) if previous.get(target) == fields.get(target, previous.get(target)) else {}
     if state == "draining" and previous.get("state") == "failed":
-        record.pop("reason", None)    # a failed node retried starts over: the old reason no longer holds
+        # a failed node retried starts over: the old reason and rollback no longer hold
+        record.pop("reason", None)
+        record.pop("rollback_to", None)
     record.update(dict((key, value) for key, value in fields.items() if value is not None))
     if now:
         record["steps"] = dict(record.get("steps") or {})

@@ -46,9 +46,23 @@ def test_plugin_pod_is_the_live_pod_of_this_daemonset_on_the_node():
 def test_replacement_must_be_a_new_uid_running_and_ready():
     assert _device_plugin.replacement([plugin_pod("p", "gpu-1", "old")], DAEMONSET, "gpu-1", "old") is None
     starting = plugin_pod("n", "gpu-1", "new", phase="Pending", ready=False)
-    assert _device_plugin.replacement([starting], DAEMONSET, "gpu-1", "old") == {"pod": "n", "ready": False}
+    assert _device_plugin.replacement([starting], DAEMONSET, "gpu-1", "old") == \
+        {"pod": "n", "ready": False, "state": "Pending"}
     assert _device_plugin.replacement([plugin_pod("n", "gpu-1", "new")], DAEMONSET, "gpu-1", "old") == \
-        {"pod": "n", "ready": True}
+        {"pod": "n", "ready": True, "state": None}
+
+
+def test_a_crash_looping_replacement_says_why_it_is_not_ready():
+    # chaos seed 2008: the restart's error named no reason; `kubectl get pods` would have said CrashLoopBackOff
+    crashing = plugin_pod("n", "gpu-1", "new", ready=False)
+    crashing["status"]["containerStatuses"] = [{
+        "name": "nvidia-device-plugin-ctr", "ready": False, "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                     "message": "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND\n"}}}]
+    assert _device_plugin.replacement([crashing], DAEMONSET, "gpu-1", "old")["state"] == \
+        "CrashLoopBackOff, 3 restarts, last exit 1: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"
+    assert _device_plugin.pod_state(plugin_pod("n", "gpu-1", "new")) is None
 
 
 def test_stale_ledger_and_restored_allocatable():

@@ -82,6 +82,20 @@ def test_a_failed_node_retried_drops_the_old_reason_and_a_rollback_keeps_it():
     assert "reason" not in current_record(target)
 
 
+def test_a_rollback_is_recorded_when_it_starts_and_a_retry_drops_it():
+    # chaos seed 2008: a rollback whose verify failed left the record `failed` with no trace of the rollback's
+    # reboot; the rollback is now in the record from its start, and stays there if it does not finish
+    target = node()
+    apply(target, record_patch(target, {"state": "failed", "to": "615.71.09", "reason": "no GPUs after boot"})[0])
+    apply(target, record_patch(target, {"state": "failed", "to": "615.71.09", "rollback_to": "595.91.07",
+                                        "reason": "rolling back to 595.91.07 after: no GPUs after boot"})[0])
+    record = current_record(target)
+    assert record["state"] == "failed" and record["rollback_to"] == "595.91.07"
+    assert record["reason"].startswith("rolling back to 595.91.07")
+    apply(target, record_patch(target, {"state": "draining", "to": "615.71.09", "run_id": "r2"})[0])
+    assert "rollback_to" not in current_record(target) and "reason" not in current_record(target)
+
+
 def test_a_new_target_starts_a_fresh_record():
     target = node()
     apply(target, record_patch(target, {"state": "failed", "from": "1.1", "to": "2.2", "run_id": "r",

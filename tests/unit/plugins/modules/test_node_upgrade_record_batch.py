@@ -20,11 +20,12 @@ pytest.importorskip("kubernetes")
 
 def test_a_record_takes_what_it_leaves_out_from_the_top_level_options():
     defaults = {"from_version": "595.91.07", "to_version": "615.71.09", "run_id": "r1", "boot_id_before": None,
-                "cordoned_by_us": None, "reason": "top", "mig_layout": None}
+                "cordoned_by_us": None, "reason": "top", "mig_layout": None, "rollback_to": None}
     fields = node_upgrade_record.record_fields({"name": "gpu-node-01", "state": "failed", "reason": "own",
                                                 "cordoned_by_us": False}, defaults)
     assert fields == {"state": "failed", "from": "595.91.07", "to": "615.71.09", "run_id": "r1",
-                      "boot_id_before": None, "cordoned_by_us": False, "reason": "own", "mig_layout": None}
+                      "boot_id_before": None, "cordoned_by_us": False, "reason": "own", "mig_layout": None,
+                      "rollback_to": None}
 
 
 def test_a_record_without_a_target_version_is_refused_unless_it_removes_the_record():
