@@ -40,7 +40,7 @@ LONGEST_FIRST = (
     "test_runbook_repair_skew_reload.py", "test_alertmanager_silence.py",
     "test_runbook_bootstrap_batches.py", "test_hardening_lock_rbac.py",
     "test_runbook_upgrade_multinode.py", "test_runner_upgrade_bastion.py", "test_lab_gpu_operator.py",
-    "test_chaos_seed_214.py", "test_chaos_seed_364.py", "test_chaos_seed_15.py",
+    "test_chaos_seed_2008.py", "test_chaos_seed_214.py", "test_chaos_seed_364.py", "test_chaos_seed_15.py",
     "test_chaos_ssh_cut.py", "test_gates_drain.py",
 )
 
