@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 
 import pytest
@@ -69,3 +70,47 @@ def test_seed_2024_a_node_whose_first_record_write_fails_is_left_untouched_and_t
         assert record["state"] == "done" and record["to"] == NEW, record
     assert fleet.boots(since) == {CANARY: 1, OTHER: 1}
     fleet.check_invariants(max_unavailable=1)
+
+
+def test_seed_2024_silences_an_expiry_missed_are_expired_at_the_end_of_the_run(needs_root, tmp_path):
+    """The same round's other violation: Alertmanager stopped answering while the canary's batch expired its
+    silences, so they stayed active after the run (a failed node would not have paged until their end). The end
+    of the run (upgrade_finish.yml) now expires what is left of the run's silences, but for nodes mid-maintenance."""
+    alertmanager_harness = pytest.importorskip("alertmanager_harness")
+    if alertmanager_harness.ALERTMANAGER is None:
+        pytest.skip("alertmanager not installed (Debian package prometheus-alertmanager)")
+    state_dir = str(tmp_path / "state")
+    lab = start_lab(state_dir, "--nodes", "2", "--driver", OLD, "--runfile", OLD, "--boot-delay", "0.5")
+    alertmanager = alertmanager_harness.AlertmanagerServer(str(tmp_path / "alertmanager")).start()
+    try:
+        fleet = Fleet(lab, tmp_path / "runs")
+        process = fleet.run(background=True, gpuops_confirm="gpulab", gpuops_run_id="seed-2024-silences",
+                            gpuops_upgrade_batches=[1, 1], gpuops_alertmanager_url=alertmanager.url)
+        lines, stopped, resumed = [], False, False
+        try:
+            for line in process.stdout:
+                lines.append(line)
+                if line.startswith("TASK [") and "Expire the silences of the batch's nodes" in line and not stopped:
+                    os.kill(alertmanager.process.pid, signal.SIGSTOP)      # not answering, its connections open
+                    stopped = True
+                elif line.startswith("TASK [") and stopped and not resumed and "Expire the silences" not in line:
+                    os.kill(alertmanager.process.pid, signal.SIGCONT)
+                    resumed = True
+            rc = process.wait(timeout=900)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            if stopped and not resumed:
+                os.kill(alertmanager.process.pid, signal.SIGCONT)
+        output = "".join(lines)
+        assert stopped and rc == 0, output[-3000:]
+        status, silences = alertmanager.call("GET", "/api/v2/silences", None)
+        assert status == 200, silences
+        active = [silence for silence in silences if (silence.get("status") or {}).get("state") == "active"
+                  and "run=seed-2024-silences" in (silence.get("comment") or "")]
+        assert active == [], active
+        made = [silence for silence in silences if "run=seed-2024-silences" in (silence.get("comment") or "")]
+        assert {silence["comment"].split("node=")[1].split()[0] for silence in made} == {CANARY, OTHER}, made
+    finally:
+        alertmanager.stop()
+        stop_lab(lab)
