@@ -35,8 +35,15 @@ def job(name, node, seconds, labels):
                          "containers": [{"name": "train", "image": "busybox", "command": ["sleep", str(seconds)]}]}}}}
 
 
-def pod_of(lab, name):
-    pods = kubectl(lab, "get", "pods", "-l", "app=" + name, "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+def pod_of(lab, name, within=30.0):
+    # the twin's Job controller creates the pod a moment after the Job is applied, later on a loaded machine
+    deadline = time.monotonic() + within
+    while True:
+        pods = kubectl(lab, "get", "pods", "-l", "app=" + name, "-o",
+                       "jsonpath={.items[*].metadata.name}").stdout.split()
+        if pods or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(pods) == 1, pods
     return pods[0]
 
