@@ -98,7 +98,9 @@ class Injector:
             return self._take_lock()
         rules = dict(API_FAULTS, **CONNECTION_FAULTS, **RESTART_FAULTS)
         if kind in rules:
-            return self._write_api_rules(self.api_rules + [rules[kind]])
+            # an id of its own: the twin goes on with the earlier rules' counts instead of starting them again
+            rule = dict(rules[kind], id="%s#%d" % (kind, len(self.api_rules) + 1))
+            return self._write_api_rules(self.api_rules + [rule])
         raise ValueError("no injector for fault %r" % kind)
 
     def release(self, fault: dict) -> None:
@@ -141,7 +143,7 @@ class Injector:
 
     # ---- the API twin's answers -------------------------------------------------------------------------------
     def _write_api_rules(self, rules: list) -> dict:
-        """Replace the rule file at once (a new file starts every rule's count again)."""
+        """Replace the rule file at once (the twin starts the count of a rule without an id it held again)."""
         self.api_rules = rules
         partial = self.api_faults_path + ".new"
         with open(partial, "w") as stream:

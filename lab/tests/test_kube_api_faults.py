@@ -87,6 +87,20 @@ def test_a_hung_request_is_held_then_served_and_a_new_file_starts_the_counts_aga
     assert call(server, "/api/v1/nodes")[0] == 200
 
 
+def test_a_rule_with_an_id_goes_on_from_its_spent_count_when_a_rule_is_added(api):
+    server, rules = api
+    burst = {"id": "api-500#1", "path": "^/api/v1/nodes", "code": 500, "count": 2}
+    rules.write_text(json.dumps([burst]))
+    assert call(server, "/api/v1/nodes")[0] == 500
+    # a second fault of the round: its own count, and the first one's 1 left, not 2 again (chaos seed 2028)
+    rules.write_text(json.dumps([burst, {"id": "api-429#2", "path": "^/api/v1/namespaces", "code": 429,
+                                         "count": 1}]))
+    assert call(server, "/api/v1/nodes")[0] == 500
+    assert call(server, "/api/v1/nodes")[0] == 200
+    assert call(server, "/api/v1/namespaces")[0] == 429
+    assert call(server, "/api/v1/namespaces")[0] == 200
+
+
 def watch_lasts(server, path):
     """Seconds until the server ends a watch stream (read to its end)."""
     context = ssl.create_default_context(cadata=server.ca_pem)

@@ -7,6 +7,7 @@ when its replacement is up, and the node's GPU capacity and allocatable before a
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import pods as _pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import selectors as _label_selector
 
 DAEMONSET_NAME = "nvidia-device-plugin-daemonset"
@@ -31,57 +32,28 @@ def _owned_by(pod, daemonset):
                for owner in _meta(pod).get("ownerReferences") or [])
 
 
-def _is_ready(pod):
-    return any(condition.get("type") == "Ready" and condition.get("status") == "True"
-               for condition in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _alive(pod):
-    phase = (pod.get("status") or {}).get("phase")
-    return not _meta(pod).get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+def _plugin_of(pod, daemonset, node_name):
+    return (pod.get("spec") or {}).get("nodeName") == node_name and _owned_by(pod, daemonset) \
+        and _pods.is_alive(pod)
 
 
 def plugin_pod(pods, daemonset, node_name):
     """The DaemonSet's live pod on the node (owned by it, bound to the node, not terminating), or None."""
     for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") == node_name and _owned_by(pod, daemonset) and _alive(pod):
+        if _plugin_of(pod, daemonset, node_name):
             return pod
     return None
 
 
 def replacement(pods, daemonset, node_name, old_uid):
     """The pod that replaced ``old_uid`` on the node, or None: ``{"pod", "ready", "state"}`` (ready: Running and
-    Ready; state: what keeps it from being ready, as `pod_state` says)."""
+    Ready; state: what keeps it from being ready, as `pods.not_ready_reason` says)."""
     for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") == node_name and _owned_by(pod, daemonset) and _alive(pod) \
-                and _meta(pod).get("uid") != old_uid:
-            ready = (pod.get("status") or {}).get("phase") == "Running" and _is_ready(pod)
-            return {"pod": _meta(pod).get("name"), "ready": ready, "state": None if ready else pod_state(pod)}
+        if _plugin_of(pod, daemonset, node_name) and _meta(pod).get("uid") != old_uid:
+            ready = (pod.get("status") or {}).get("phase") == "Running" and _pods.is_ready(pod)
+            return {"pod": _meta(pod).get("name"), "ready": ready,
+                    "state": None if ready else _pods.not_ready_reason(pod)}
     return None
-
-
-def pod_state(pod):
-    """Why a pod is not ready, in the words ``kubectl get pods`` and ``describe`` use: its phase, a container's
-    waiting reason (CrashLoopBackOff, ImagePullBackOff ...), its restarts and the last termination's exit code and
-    message; None when the pod says nothing of it."""
-    status = pod.get("status") or {}
-    parts = []
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason"):
-            parts.append(waiting["reason"])
-        if container.get("restartCount"):
-            parts.append("%d restarts" % container["restartCount"])
-        terminated = ((container.get("lastState") or {}).get("terminated")
-                      or (container.get("state") or {}).get("terminated") or {})
-        if terminated:
-            message = (terminated.get("message") or terminated.get("reason") or "").strip().splitlines()
-            parts.append("last exit %s%s" % (terminated.get("exitCode"), ": " + message[-1] if message else ""))
-        if parts:
-            break
-    if not parts and status.get("phase") and status.get("phase") != "Running":
-        parts.append(status["phase"])
-    return ", ".join(parts) or None
 
 
 def gpu_resources(node):

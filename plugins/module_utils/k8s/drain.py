@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import pods as _pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import selectors as _label_selector
 
 CORDON_ANNOTATION = "gpuops.nvidia/cordon"
@@ -136,18 +137,11 @@ def disruptions_allowed(pdb):
     return int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
 
 
-def _is_ready(pod):
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
 def needs_budget(pod, pdb):
     """Whether evicting the pod spends one of the PDB's disruptions (the eviction API's rules)."""
     if is_finished(pod) or _meta(pod).get("deletionTimestamp"):
         return False
-    if not _is_ready(pod) and (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+    if not _pods.is_ready(pod) and (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
         return False
     return True
 

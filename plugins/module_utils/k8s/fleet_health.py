@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import pods as _pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.timestamps import parse_time
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.node_readiness import dra_gpu_count
 
@@ -171,34 +172,6 @@ def component_of(pod):
     return None
 
 
-def _container_states(pod):
-    return (pod.get("status") or {}).get("containerStatuses") or []
-
-
-def pod_restarts(pod):
-    return sum(int(status.get("restartCount") or 0) for status in _container_states(pod))
-
-
-def waiting_reason(pod):
-    for status in _container_states(pod):
-        waiting = (status.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason"):
-            return waiting["reason"]
-    return None
-
-
-def pod_ready(pod):
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
-def _alive(pod):
-    return not _meta(pod).get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
-        "Succeeded", "Failed")
-
-
 def cordon_info(node, now):
     """``{since, by, reason, minutes}`` of a cordoned node, or None. When: our annotation's ``at``, else the
     ``node.kubernetes.io/unschedulable`` taint's ``timeAdded``; by: ours when our annotation is there."""
@@ -243,7 +216,7 @@ def cluster_view(nodes, pods, daemonsets, resource_slices=()):
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         view = views.get(node_name)
-        if view is None or not _alive(pod):
+        if view is None or not _pods.is_alive(pod):
             continue
         component = component_of(pod)
         if component:
@@ -363,7 +336,7 @@ def check_components(view, present):
                                     runbook="gpuallocatablezero" if component == "device-plugin" else None))
             continue
         for pod in pods:
-            reason, restarts = waiting_reason(pod), pod_restarts(pod)
+            reason, restarts = _pods.waiting_reason(pod), _pods.restart_count(pod)
             pod_name = "%s/%s" % (_meta(pod).get("namespace"), _meta(pod).get("name"))
             if reason == "CrashLoopBackOff" or (reason and reason.startswith("Err")) or reason == "Error":
                 findings.append(finding(
@@ -441,7 +414,7 @@ def check_pending(pods, gpu_node_names, now, threshold_minutes):
     findings = []
     for pod in pods:
         status = pod.get("status") or {}
-        if status.get("phase") != "Pending" or not pod_gpu_request(pod) or not _alive(pod):
+        if status.get("phase") != "Pending" or not pod_gpu_request(pod) or not _pods.is_alive(pod):
             continue
         created = parse_time(_meta(pod).get("creationTimestamp"))
         minutes = None if created is None else (now - created) / 60.0

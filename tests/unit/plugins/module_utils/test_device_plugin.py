@@ -62,7 +62,6 @@ def test_a_crash_looping_replacement_says_why_it_is_not_ready():
                                      "message": "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND\n"}}}]
     assert _device_plugin.replacement([crashing], DAEMONSET, "gpu-1", "old")["state"] == \
         "CrashLoopBackOff, 3 restarts, last exit 1: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"
-    assert _device_plugin.pod_state(plugin_pod("n", "gpu-1", "new")) is None
 
 
 def test_stale_ledger_and_restored_allocatable():
