@@ -70,17 +70,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.client import (
     K8S_AUTH_ARG_SPEC, api_client_from_module, api_error_message, list_call, resource_path)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.pods import is_finished, pod_key
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.watch import ListWatch
-
-FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-def pod_key(pod):
-    return "%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"])
 
 
 def still_running(pods):
-    return sorted(pod_key(pod) for pod in pods if (pod.get("status") or {}).get("phase") not in FINISHED_PHASES)
+    return sorted(pod_key(pod) for pod in pods if not is_finished(pod))
 
 
 def main():

@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import pods as _pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.pods import is_finished, pod_key
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s import selectors as _label_selector
 
 CORDON_ANNOTATION = "gpuops.nvidia/cordon"
 REASON_ANNOTATION = "gpuops.nvidia/cordon-reason"
 CORDONED_BY = "gpuops.nvidia.node_drain"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-FINISHED_PHASES = ("Succeeded", "Failed")
-
 REFUSED_DAEMONSET = "DaemonSet-managed pod (ignore_daemonsets: true to ignore it)"
 REFUSED_EMPTYDIR = "pod with local storage (emptyDir; delete_emptydir_data: true to evict it and lose the data)"
 REFUSED_UNREPLICATED = "pod without a controller, it will not be recreated (force: true to evict it)"
@@ -36,21 +35,12 @@ def _meta(obj):
     return obj.get("metadata") or {}
 
 
-def pod_key(pod):
-    """``namespace/name`` of a pod."""
-    return "%s/%s" % (_meta(pod).get("namespace"), _meta(pod).get("name"))
-
-
 def controller_of(pod):
     """The ownerReference with ``controller: true``, or None."""
     for owner in _meta(pod).get("ownerReferences") or []:
         if owner.get("controller"):
             return owner
     return None
-
-
-def is_finished(pod):
-    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
 
 
 def has_emptydir(pod):
@@ -139,7 +129,7 @@ def disruptions_allowed(pdb):
 
 def needs_budget(pod, pdb):
     """Whether evicting the pod spends one of the PDB's disruptions (the eviction API's rules)."""
-    if is_finished(pod) or _meta(pod).get("deletionTimestamp"):
+    if not _pods.is_alive(pod):
         return False
     if not _pods.is_ready(pod) and (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
         return False

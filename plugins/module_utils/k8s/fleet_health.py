@@ -337,7 +337,7 @@ def check_components(view, present):
             continue
         for pod in pods:
             reason, restarts = _pods.waiting_reason(pod), _pods.restart_count(pod)
-            pod_name = "%s/%s" % (_meta(pod).get("namespace"), _meta(pod).get("name"))
+            pod_name = _pods.pod_key(pod)
             if reason == "CrashLoopBackOff" or (reason and reason.startswith("Err")) or reason == "Error":
                 findings.append(finding(
                     name, "components", "%s_crash_loop" % component.replace("-", "_"),

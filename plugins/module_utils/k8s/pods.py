@@ -2,17 +2,29 @@
 # Copyright: (c) 2026, gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What a pod's JSON says of its health, read once for every module that judges pods (the drain, the device
-plugin's restart, the fleet's health): alive or not, Ready or not, restarts, and what keeps it from being ready
-in the words ``kubectl get pods`` and ``kubectl describe`` use."""
+"""What a pod's JSON says of it, read once for every module that judges pods (the drain, the wait for Jobs, the
+device plugin's restart, the fleet's health): its key, finished or alive, Ready or not, restarts, and what keeps
+it from being ready in the words ``kubectl get pods`` and ``kubectl describe`` use."""
 
 from __future__ import annotations
 
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def pod_key(pod):
+    """``namespace/name`` of a pod."""
+    metadata = pod.get("metadata") or {}
+    return "%s/%s" % (metadata.get("namespace"), metadata.get("name"))
+
+
+def is_finished(pod):
+    """Its phase is Succeeded or Failed: its containers have ended and will not run again."""
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+
 
 def is_alive(pod):
-    """Not terminating and not finished (Succeeded or Failed)."""
-    phase = (pod.get("status") or {}).get("phase")
-    return not (pod.get("metadata") or {}).get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+    """Not terminating and not finished."""
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and not is_finished(pod)
 
 
 def is_ready(pod):

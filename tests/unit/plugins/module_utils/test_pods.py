@@ -29,6 +29,12 @@ CRASH_LOOPING = {
 SIDECAR = {"name": "sidecar", "ready": True, "restartCount": 2, "state": {"running": {}}}
 
 
+def test_the_key_is_namespace_and_name_and_finished_is_succeeded_or_failed():
+    assert _pods.pod_key(pod()) == "kube-system/p"
+    assert _pods.is_finished(pod("Succeeded", ready=False)) and _pods.is_finished(pod("Failed", ready=False))
+    assert not _pods.is_finished(pod()) and not _pods.is_finished(pod("Pending", ready=False))
+
+
 def test_alive_means_neither_terminating_nor_finished():
     assert _pods.is_alive(pod())
     assert _pods.is_alive(pod("Pending", ready=False))
