@@ -214,7 +214,8 @@ plan:
       description: Per node, C(current_version), C(action) (start, continue, reboot, verify, skip, failed) and
         C(record) (the node's C(gpuops.nvidia/driver-upgrade) annotation, or null), and C(mig) (C(strategy), the
         C(nvidia.com/mig.strategy) label, and C(config), the MIG Manager's C(nvidia.com/mig.config) label; null
-        when absent).
+        when absent), and C(mid_maintenance) (the record's state is C(planned), C(draining), C(installing),
+        C(rebooting) or C(verifying), so the node is mid-way through an upgrade).
       type: dict
       returned: always
     skipped:

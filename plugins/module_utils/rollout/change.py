@@ -72,8 +72,7 @@ def other_changes_in_flight(node: dict, kind_name: str) -> list:
     record applying or verifying (two changes on one node at once would each verify the other's half)."""
     reasons = []
     driver = rollout.parse_record(node)
-    in_maintenance = rollout.STATES_BEFORE_REBOOT + (rollout.STATE_REBOOTING, rollout.STATE_VERIFYING)
-    if driver and driver.get("state") in in_maintenance:
+    if driver and driver.get("state") in rollout.MAINTENANCE_STATES:
         reasons.append("a driver roll-out is in progress on it (%s %s)" % (rollout.RECORD_ANNOTATION,
                                                                            driver.get("state")))
     for key in sorted(((node.get("metadata") or {}).get("annotations") or {})):

@@ -47,6 +47,8 @@ STATE_FAILED = "failed"
 STATE_ROLLED_BACK = "rolled-back"
 RECORD_STATES = STATES_BEFORE_REBOOT + (STATE_REBOOTING, STATE_VERIFYING, STATE_DONE, STATE_FAILED,
                                         STATE_ROLLED_BACK)
+# Record states during which the node is in maintenance: excluded from remediation, its silences held.
+MAINTENANCE_STATES = STATES_BEFORE_REBOOT + (STATE_REBOOTING, STATE_VERIFYING)
 
 
 # --------------------------------------------------------------------------- counts and percentages
@@ -556,7 +558,8 @@ def build_plan(targets, nodes, target_version, batches, canary_nodes=None, max_u
         # one whose reboot never happened
         boot_id = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
         action = resume_action(record, target_version, current, boot_id, retry_failed=retry_failed)
-        per_node[name] = {"current_version": current, "action": action, "record": record, "mig": mig_labels(node)}
+        per_node[name] = {"current_version": current, "action": action, "record": record, "mig": mig_labels(node),
+                          "mid_maintenance": isinstance(record, dict) and record.get("state") in MAINTENANCE_STATES}
         if action == "skip":
             skipped.append({"node": name, "reason": "already at %s" % target_version})
         elif action == "failed":

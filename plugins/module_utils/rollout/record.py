@@ -13,7 +13,8 @@ import datetime
 from collections import namedtuple
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.k8s.meta import json_annotation
-from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import RECORD_ANNOTATION, RECORD_STATES, dump_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.rollout.plan import (
+    MAINTENANCE_STATES, RECORD_ANNOTATION, RECORD_STATES, dump_record)
 
 # Auto-remediators that would reboot or replace a node we are working on: medik8s (Node Healthcheck / Self Node
 # Remediation) and Cluster API's MachineHealthCheck.
@@ -21,8 +22,6 @@ REMEDIATION_EXCLUSIONS = {
     "remediation.medik8s.io/exclude-from-remediation": "true",
     "cluster.x-k8s.io/skip-remediation": "",
 }
-# Record states during which the node is in maintenance (excluded from remediation).
-MAINTENANCE_STATES = ("planned", "draining", "installing", "rebooting", "verifying")
 
 # What kind of record: its annotation, the field naming what it is for (a record for another target starts over),
 # its states, those in maintenance and those that end it. The driver roll-out's (`to`: the target version) and each

@@ -330,6 +330,17 @@ def test_plan_skips_nodes_at_target_and_names_blockers():
     assert result["max_unavailable"] == 2
     assert result["unavailable_now"] == {"gpu-node-03": "cordoned"}
     assert result["nodes"]["gpu-node-01"]["current_version"] == "595.91.07"
+    assert not any(entry["mid_maintenance"] for entry in result["nodes"].values())
+
+
+def test_a_node_whose_record_is_mid_upgrade_is_mid_maintenance_and_one_done_or_failed_is_not():
+    nodes = [node(name, labels={plan.GFD_DRIVER_LABEL: "595.91.07"}) for name in NODES8[:3]]
+    for index, state in enumerate(("rebooting", "done", "failed")):
+        nodes[index]["metadata"]["annotations"] = {plan.RECORD_ANNOTATION: json.dumps(
+            {"state": state, "from": "595.91.07", "to": "615.71.09", "run_id": "run-1", "boot_id_before": "b1"})}
+    result = plan.build_plan(NODES8[:3], nodes, "615.71.09", [1, "50%"])
+    assert {name: entry["mid_maintenance"] for name, entry in result["nodes"].items()} == \
+        {"gpu-node-01": True, "gpu-node-02": False, "gpu-node-03": False}
 
 
 # --------------------------------------------------------------------------- the gate before each batch
