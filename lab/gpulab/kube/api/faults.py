@@ -23,7 +23,7 @@ connections refused) and drops every request on a connection already open, until
 listens again on the same port, its objects kept (as etcd keeps them). A changed file starts every count (and
 every ``for_s``) again, but of a rule with an ``id`` the file held before: that one goes on from what it had
 spent, so a harness that adds a fault to those of the round does not fire the earlier ones again (chaos seed
-2028: a second 429 burst of 10 made the first one's 10 again, 20 in all). No file, no fault.
+2028: a second 429 burst of 10 armed the first one's 10 again, up to 30 answers in all, not 20). No file, no fault.
 """
 from __future__ import annotations
 
